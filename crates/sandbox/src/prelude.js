@@ -1,0 +1,314 @@
+// The guest prelude: evaluated once inside the VM before the base image is
+// baked. It receives the guest's native functions (never put on globalThis),
+// defines the guest API globals and returns the hooks the guest's ABI calls.
+//
+// Nothing here is a security boundary: the host re-validates every byte that
+// leaves the VM. The prelude only makes well-behaved cells pleasant and keeps
+// its own state unreachable from cell code (closures, null-prototype objects,
+// intrinsics captured before any cell runs).
+(function (natives) {
+  "use strict";
+  const G = globalThis;
+  const stringify = JSON.stringify;
+  const parseJson = JSON.parse;
+  const keysOf = Object.keys;
+  const isArray = Array.isArray;
+  const freeze = Object.freeze;
+  const defineProperty = Object.defineProperty;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const ErrorCtor = Error;
+  const TypeErrorCtor = TypeError;
+  const PromiseCtor = Promise;
+  const StringCtor = String;
+  const MapProto = Map.prototype;
+  const SetProto = Set.prototype;
+  const DateProto = Date.prototype;
+  const RegExpProto = RegExp.prototype;
+  const PromiseProto = Promise.prototype;
+  const call = Function.prototype.call.bind(Function.prototype.call);
+  const mapEntries = MapProto.entries;
+  const setValues = SetProto.values;
+  const dateGetTime = DateProto.getTime;
+  const dateToISOString = DateProto.toISOString;
+  const regexpToString = RegExpProto.toString;
+  const isView = ArrayBuffer.isView;
+  const typedArrayProto = getPrototypeOf(Uint8Array.prototype);
+  const request = natives.request;
+  const emit = natives.emit;
+  const MAX_DEPTH = 200;
+
+  // Math.random is seeded per run by the host (see the guest's cm_run).
+  defineProperty(Math, "random", { value: natives.random, writable: true, configurable: true });
+
+  // ---- JSON adapter -------------------------------------------------------
+  // Everything leaving the VM goes through toPlain: the result is made only of
+  // null, booleans, finite numbers, strings, arrays and plain objects.
+  function hasProto(value, proto) {
+    let p = getPrototypeOf(value);
+    while (p !== null) {
+      if (p === proto) return true;
+      p = getPrototypeOf(p);
+    }
+    return false;
+  }
+
+  function describePath(path) {
+    return path === "" ? "the value" : "value" + path;
+  }
+
+  function toPlain(value, path, depth, ancestors) {
+    switch (typeof value) {
+      case "string":
+      case "boolean":
+        return value;
+      case "number":
+        return value === value && value !== Infinity && value !== -Infinity ? value : null;
+      case "bigint":
+        return StringCtor(value);
+      case "undefined":
+      case "function":
+      case "symbol":
+        return undefined;
+    }
+    if (value === null) return null;
+    if (depth > MAX_DEPTH) {
+      throw new TypeErrorCtor(describePath(path) + " nests deeper than " + MAX_DEPTH + " levels");
+    }
+    if (ancestors.indexOf(value) !== -1) {
+      throw new TypeErrorCtor("cannot convert a cyclic structure to JSON: " + describePath(path) + " refers back to one of its parents");
+    }
+    ancestors.push(value);
+    try {
+      return toPlainObject(value, path, depth, ancestors);
+    } finally {
+      ancestors.pop();
+    }
+  }
+
+  function readProperty(value, key, path) {
+    try {
+      return value[key];
+    } catch (e) {
+      throw new TypeErrorCtor("cannot convert " + describePath(path) + " to JSON: reading it threw " + safeMessage(e));
+    }
+  }
+
+  function toPlainObject(value, path, depth, ancestors) {
+    if (hasProto(value, DateProto)) {
+      const t = call(dateGetTime, value);
+      return t === t ? call(dateToISOString, value) : null;
+    }
+    if (hasProto(value, MapProto)) {
+      const entries = [];
+      let allKeysPrimitive = true;
+      for (const [k, v] of call(mapEntries, value)) {
+        if (k !== null && (typeof k === "object" || typeof k === "function")) allKeysPrimitive = false;
+        entries.push([k, v]);
+      }
+      if (allKeysPrimitive) {
+        const out = {};
+        for (const [k, v] of entries) {
+          const key = StringCtor(k);
+          const plain = toPlain(v, path + "[" + stringify(key) + "]", depth + 1, ancestors);
+          if (plain !== undefined) defineProperty(out, key, { value: plain, enumerable: true, writable: true, configurable: true });
+        }
+        return out;
+      }
+      return entries.map(([k, v], i) => [
+        orNull(toPlain(k, path + "[" + i + "][0]", depth + 1, ancestors)),
+        orNull(toPlain(v, path + "[" + i + "][1]", depth + 1, ancestors)),
+      ]);
+    }
+    if (hasProto(value, SetProto)) {
+      const out = [];
+      let i = 0;
+      for (const v of call(setValues, value)) {
+        out.push(orNull(toPlain(v, path + "[" + i++ + "]", depth + 1, ancestors)));
+      }
+      return out;
+    }
+    if (hasProto(value, RegExpProto)) return call(regexpToString, value);
+    if (hasProto(value, PromiseProto)) return "[Promise: await it to get its value]";
+    if (isView(value) && hasProto(value, typedArrayProto)) {
+      const out = [];
+      for (let i = 0; i < value.length; i++) out.push(toPlain(value[i], path, depth + 1, ancestors));
+      return out;
+    }
+    if (value instanceof ArrayBuffer) return {};
+    if (hasProto(value, ErrorCtor.prototype)) {
+      return { name: StringCtor(readProperty(value, "name", path)), message: StringCtor(readProperty(value, "message", path)) };
+    }
+    const toJSON = readProperty(value, "toJSON", path + ".toJSON");
+    if (typeof toJSON === "function") {
+      let replaced;
+      try {
+        replaced = call(toJSON, value, "");
+      } catch (e) {
+        throw new TypeErrorCtor("cannot convert " + describePath(path) + " to JSON: its toJSON() threw " + safeMessage(e));
+      }
+      return toPlain(replaced, path, depth + 1, ancestors);
+    }
+    if (isArray(value)) {
+      const out = [];
+      const n = value.length;
+      for (let i = 0; i < n; i++) {
+        out.push(orNull(toPlain(readProperty(value, i, path + "[" + i + "]"), path + "[" + i + "]", depth + 1, ancestors)));
+      }
+      return out;
+    }
+    const out = {};
+    const keys = keysOf(value);
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i];
+      const sub = path + (/^[A-Za-z_$][\w$]*$/.test(key) ? "." + key : "[" + stringify(key) + "]");
+      const plain = toPlain(readProperty(value, key, sub), sub, depth + 1, ancestors);
+      if (plain !== undefined) defineProperty(out, key, { value: plain, enumerable: true, writable: true, configurable: true });
+    }
+    return out;
+  }
+
+  function orNull(v) {
+    return v === undefined ? null : v;
+  }
+
+  /** JSON text of `value` after the adapter; top-level undefined is null. */
+  function encode(value) {
+    return stringify(orNull(toPlain(value, "", 0, [])));
+  }
+
+  function safeMessage(e) {
+    try {
+      if (e !== null && typeof e === "object" && "message" in e) {
+        return StringCtor(e.name || "Error") + ": " + StringCtor(e.message);
+      }
+      return StringCtor(e);
+    } catch (_) {
+      return "an unprintable value";
+    }
+  }
+
+  // ---- output -------------------------------------------------------------
+  function textOf(value) {
+    if (typeof value === "string") return value;
+    if (value === undefined) return "undefined";
+    if (typeof value === "function" || typeof value === "symbol") return StringCtor(value);
+    return encode(value);
+  }
+
+  function text(value) {
+    emit(0, textOf(value));
+  }
+
+  function json(value) {
+    emit(1, encode(value));
+  }
+
+  // ---- host requests ------------------------------------------------------
+  // pending: request id -> [resolve, reject]. Null prototype: cell code cannot
+  // reach it, and prototype tampering cannot change how it behaves.
+  const pending = Object.create(null);
+
+  /** Starts host work and returns a promise the host settles later. */
+  function hostRequest(method, params) {
+    const payload = stringify({ method: method, params: orNull(toPlain(params, "", 0, [])) });
+    const id = request(payload);
+    return new PromiseCtor((resolve, reject) => {
+      pending[id] = [resolve, reject];
+    });
+  }
+
+  function yield_control(reason) {
+    const r = reason === undefined ? null : StringCtor(reason);
+    return hostRequest("yield", { reason: r }).then(() => undefined);
+  }
+
+  function defineGlobal(name, value) {
+    defineProperty(G, name, { value: value, writable: false, enumerable: false, configurable: false });
+  }
+  defineGlobal("text", text);
+  defineGlobal("json", json);
+  defineGlobal("yield_control", yield_control);
+
+  // Module loading and host objects do not exist here; make the usual names
+  // fail clearly instead of with "x is not defined".
+  function denied(name) {
+    return function () {
+      throw new ErrorCtor(name + " is not available in code mode: there is no module loader, filesystem or network. Call tools instead.");
+    };
+  }
+  defineGlobal("require", denied("require()"));
+  defineGlobal("fetch", denied("fetch()"));
+  for (const name of ["process", "Deno", "Bun", "os", "std"]) {
+    if (name in G) delete G[name];
+  }
+
+  // ---- hooks for the guest ABI -------------------------------------------
+  const RUNNING = 0, DONE = 1, FAILED = 2;
+  let state = DONE;
+  let result = null;
+
+  function errorInfo(e) {
+    const info = { name: "Error", message: "" };
+    try {
+      if (e !== null && typeof e === "object" && hasProto(e, ErrorCtor.prototype)) {
+        info.name = StringCtor(e.name);
+        info.message = StringCtor(e.message);
+        const stack = typeof e.stack === "string" ? e.stack : "";
+        const m = /cell\.js:(\d+)(?::(\d+))?/.exec(stack);
+        if (m) {
+          info.line = +m[1];
+          if (m[2]) info.column = +m[2];
+        } else if (typeof e.lineNumber === "number" && e.fileName === "cell.js") {
+          info.line = e.lineNumber;
+          if (typeof e.columnNumber === "number") info.column = e.columnNumber;
+        }
+      } else {
+        info.message = "uncaught " + (e === null ? "null" : typeof e) + ": " + textOf(e);
+      }
+    } catch (inner) {
+      info.message = "uncaught value that could not be described (" + safeMessage(inner) + ")";
+    }
+    return info;
+  }
+
+  return {
+    run(cell, syntaxError) {
+      if (typeof cell !== "function") {
+        state = FAILED;
+        result = syntaxError;
+        return;
+      }
+      state = RUNNING;
+      result = null;
+      cell().then(
+        (value) => { state = DONE; result = value; },
+        (error) => { state = FAILED; result = error; },
+      );
+    },
+    settle(id, ok, payload) {
+      const entry = pending[id];
+      if (entry === undefined) return;
+      delete pending[id];
+      if (ok) {
+        entry[0](parseJson(payload));
+      } else {
+        let message = "host request failed";
+        try {
+          const data = parseJson(payload);
+          if (data !== null && typeof data === "object" && typeof data.message === "string") message = data.message;
+          else if (typeof data === "string") message = data;
+        } catch (_) {}
+        entry[1](new ErrorCtor(message));
+      }
+    },
+    status() {
+      if (state === RUNNING) return [2, null];
+      if (state === FAILED) return [1, stringify(errorInfo(result))];
+      try {
+        return [0, encode(result)];
+      } catch (e) {
+        return [1, stringify({ name: "TypeError", message: "the returned value cannot be converted to JSON: " + safeMessage(e) })];
+      }
+    },
+  };
+})

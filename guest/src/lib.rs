@@ -1,0 +1,368 @@
+//! The codemode sandbox guest: QuickJS (via `rquickjs`) compiled to
+//! `wasm32-wasip1`, speaking a tiny, versioned ABI to the host.
+//!
+//! This crate is deliberately small and dumb. It evaluates JavaScript, runs
+//! the job queue and moves strings across the boundary. Every policy decision
+//! (limits, what a request means, what the catalog holds, whether output fits)
+//! is taken by the host, which trusts nothing that comes out of here.
+//!
+//! # ABI (version [`ABI_VERSION`])
+//! Exports (all integers are `i32`, strings are UTF-8 `(ptr, len)` pairs):
+//! - `cm_abi_version() -> version`
+//! - `cm_alloc(len) -> ptr`, `cm_free(ptr, len)`: buffers the host writes into.
+//! - `cm_init(prelude_ptr, prelude_len) -> status`: creates the QuickJS runtime
+//!   and context and evaluates the host's prelude. Run once, before the memory
+//!   image is baked.
+//! - `cm_run(code_ptr, code_len, memory_limit, seed_lo, seed_hi) -> status`:
+//!   evaluates one cell body inside an async function and drains jobs.
+//! - `cm_settle(request_id, ok, payload_ptr, payload_len) -> status`: settles
+//!   the promise of an earlier host request with a JSON payload and drains.
+//! - `cm_out_ptr()`, `cm_out_len()`: the bytes of the last status' payload.
+//!
+//! Imports (module `codemode`):
+//! - `request(ptr, len) -> id`: starts host work for a JSON request; the host
+//!   answers later through `cm_settle`.
+//! - `emit(kind, ptr, len)`: appends an output item (0 text, 1 JSON text). The
+//!   host may trap here (output limit): the guest cannot catch that.
+//!
+//! Status codes: see the `STATUS_*` constants.
+
+use std::cell::RefCell;
+
+use rquickjs::function::Func;
+use rquickjs::context::EvalOptions;
+use rquickjs::{Context, Ctx, Function, Object, Persistent, Runtime, Value};
+
+/// Bumped whenever an export, import or status code changes meaning.
+pub const ABI_VERSION: i32 = 1;
+
+/// The cell finished; the payload is the JSON text of its value.
+pub const STATUS_COMPLETED: i32 = 0;
+/// The cell threw; the payload is JSON `{name, message, line?, column?}`.
+pub const STATUS_FAILED: i32 = 1;
+/// The cell waits on host requests; no payload.
+pub const STATUS_PENDING: i32 = 2;
+/// The ABI was misused (bad UTF-8, call before init, ...); payload is text.
+pub const STATUS_ABI_ERROR: i32 = 3;
+
+#[link(wasm_import_module = "codemode")]
+unsafe extern "C" {
+    #[link_name = "request"]
+    fn host_request(ptr: *const u8, len: usize) -> i32;
+    #[link_name = "emit"]
+    fn host_emit(kind: i32, ptr: *const u8, len: usize) -> i32;
+}
+
+struct Vm {
+    runtime: Runtime,
+    context: Context,
+    /// The object the prelude returned: `run`, `settle`, `status`, `take`.
+    hooks: Persistent<Object<'static>>,
+}
+
+thread_local! {
+    static VM: RefCell<Option<Vm>> = const { RefCell::new(None) };
+    static OUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static RNG: RefCell<u64> = const { RefCell::new(0x9e37_79b9_7f4a_7c15) };
+}
+
+fn set_out(bytes: &[u8]) {
+    OUT.with(|out| {
+        let mut out = out.borrow_mut();
+        out.clear();
+        out.extend_from_slice(bytes);
+    });
+}
+
+fn abi_error(message: &str) -> i32 {
+    set_out(message.as_bytes());
+    STATUS_ABI_ERROR
+}
+
+/// SplitMix64: `Math.random` is seeded by the host per run, so that two runs
+/// started from the same baked image never share a sequence.
+fn next_random() -> f64 {
+    RNG.with(|state| {
+        let mut s = state.borrow_mut();
+        *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
+/// # Safety
+/// `ptr..ptr+len` must be a live allocation of this module (the host only
+/// passes buffers it got from `cm_alloc`).
+unsafe fn read_str<'a>(ptr: *const u8, len: usize) -> Result<&'a str, std::str::Utf8Error> {
+    if len == 0 {
+        return Ok("");
+    }
+    // SAFETY: guaranteed by the caller.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+    std::str::from_utf8(bytes)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cm_abi_version() -> i32 {
+    ABI_VERSION
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cm_alloc(len: usize) -> *mut u8 {
+    let mut buf = Vec::<u8>::with_capacity(len.max(1));
+    let ptr = buf.as_mut_ptr();
+    std::mem::forget(buf);
+    ptr
+}
+
+/// # Safety
+/// `ptr`/`len` must come from one earlier `cm_alloc(len)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cm_free(ptr: *mut u8, len: usize) {
+    // SAFETY: the buffer was made by `cm_alloc` with this capacity.
+    drop(unsafe { Vec::from_raw_parts(ptr, 0, len.max(1)) });
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cm_out_ptr() -> *const u8 {
+    OUT.with(|out| out.borrow().as_ptr())
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cm_out_len() -> usize {
+    OUT.with(|out| out.borrow().len())
+}
+
+fn native_request(payload: String) -> i32 {
+    // SAFETY: the host reads `len` bytes from our memory at `ptr` and copies them.
+    unsafe { host_request(payload.as_ptr(), payload.len()) }
+}
+
+fn native_emit(kind: i32, payload: String) -> i32 {
+    // SAFETY: as for `native_request`.
+    unsafe { host_emit(kind, payload.as_ptr(), payload.len()) }
+}
+
+/// # Safety
+/// `ptr`/`len` must describe a buffer from `cm_alloc` holding the prelude.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cm_init(ptr: *const u8, len: usize) -> i32 {
+    // SAFETY: guaranteed by the caller.
+    let prelude = match unsafe { read_str(ptr, len) } {
+        Ok(s) => s.to_owned(),
+        Err(_) => return abi_error("prelude is not UTF-8"),
+    };
+    let runtime = match Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => return abi_error(&format!("QuickJS runtime: {e}")),
+    };
+    let context = match Context::full(&runtime) {
+        Ok(cx) => cx,
+        Err(e) => return abi_error(&format!("QuickJS context: {e}")),
+    };
+    let hooks = context.with(|ctx| -> Result<Persistent<Object<'static>>, String> {
+        let setup: Function = ctx
+            .eval(prelude)
+            .map_err(|e| describe_exception(&ctx, e))?;
+        let natives = Object::new(ctx.clone()).map_err(|e| e.to_string())?;
+        natives.set("request", Func::from(native_request)).map_err(|e| e.to_string())?;
+        natives.set("emit", Func::from(native_emit)).map_err(|e| e.to_string())?;
+        natives.set("random", Func::from(next_random)).map_err(|e| e.to_string())?;
+        let hooks: Object = setup.call((natives,)).map_err(|e| describe_exception(&ctx, e))?;
+        Ok(Persistent::save(&ctx, hooks))
+    });
+    match hooks {
+        Ok(hooks) => {
+            VM.with(|vm| {
+                *vm.borrow_mut() = Some(Vm {
+                    runtime,
+                    context,
+                    hooks,
+                })
+            });
+            set_out(b"");
+            STATUS_COMPLETED
+        }
+        Err(message) => abi_error(&message),
+    }
+}
+
+fn describe_exception(ctx: &Ctx<'_>, error: rquickjs::Error) -> String {
+    if let rquickjs::Error::Exception = error {
+        let value = ctx.catch();
+        if let Some(ex) = value.as_exception() {
+            return format!(
+                "{}\n{}",
+                ex.message().unwrap_or_default(),
+                ex.stack().unwrap_or_default()
+            );
+        }
+        return format!("{value:?}");
+    }
+    error.to_string()
+}
+
+/// Calls `hooks[name](args)` and reports the resulting status.
+///
+/// The prelude's hooks never throw on guest behaviour (they catch and record);
+/// an exception here means the VM itself failed (out of memory, or the guest
+/// tampered with intrinsics the hooks rely on), which we report as a failure
+/// with what QuickJS said.
+fn with_hooks<F>(f: F) -> i32
+where
+    F: for<'js> FnOnce(&Ctx<'js>, &Object<'js>) -> rquickjs::Result<()>,
+{
+    VM.with(|vm| {
+        let vm = vm.borrow();
+        let Some(vm) = vm.as_ref() else {
+            return abi_error("cm_init was not called");
+        };
+        let early = vm.context.with(|ctx| {
+            let hooks = match vm.hooks.clone().restore(&ctx) {
+                Ok(h) => h,
+                Err(e) => return Some(abi_error(&format!("hooks: {e}"))),
+            };
+            f(&ctx, &hooks).err().map(|e| report_vm_failure(&ctx, e))
+        });
+        if let Some(status) = early {
+            return status;
+        }
+        // Jobs run outside `Context::with`: the job loop takes the runtime
+        // lock itself.
+        drain_jobs(&vm.runtime);
+        vm.context.with(|ctx| {
+            let hooks = match vm.hooks.clone().restore(&ctx) {
+                Ok(h) => h,
+                Err(e) => return abi_error(&format!("hooks: {e}")),
+            };
+            match report_status(&ctx, &hooks) {
+                Ok(status) => status,
+                Err(e) => report_vm_failure(&ctx, e),
+            }
+        })
+    })
+}
+
+fn drain_jobs(runtime: &Runtime) {
+    loop {
+        match runtime.execute_pending_job() {
+            Ok(true) => continue,
+            Ok(false) => break,
+            // A job that threw outside any promise (cannot normally happen:
+            // promise jobs turn throws into rejections). Keep draining.
+            Err(_) => continue,
+        }
+    }
+}
+
+fn report_status<'js>(ctx: &Ctx<'js>, hooks: &Object<'js>) -> rquickjs::Result<i32> {
+    let status: Function = hooks.get("status")?;
+    let result: rquickjs::Array = status.call(())?;
+    let code: i32 = result.get(0)?;
+    let payload: Option<String> = result.get(1)?;
+    let _ = ctx;
+    set_out(payload.as_deref().unwrap_or("").as_bytes());
+    Ok(code)
+}
+
+fn report_vm_failure(ctx: &Ctx<'_>, error: rquickjs::Error) -> i32 {
+    let (name, message) = match error {
+        rquickjs::Error::Exception => {
+            let value: Value = ctx.catch();
+            match value.as_exception() {
+                Some(ex) => {
+                    let name: String = ex.get("name").unwrap_or_else(|_| "Error".into());
+                    (name, ex.message().unwrap_or_default())
+                }
+                None => ("Error".to_owned(), "the VM threw a non-error value".to_owned()),
+            }
+        }
+        other => ("InternalError".to_owned(), other.to_string()),
+    };
+    let payload = format!(
+        "{{\"name\":{},\"message\":{}}}",
+        json_string(&name),
+        json_string(&message)
+    );
+    set_out(payload.as_bytes());
+    STATUS_FAILED
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// # Safety
+/// `code_ptr`/`code_len` must describe a buffer from `cm_alloc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cm_run(
+    code_ptr: *const u8,
+    code_len: usize,
+    memory_limit: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+) -> i32 {
+    // SAFETY: guaranteed by the caller.
+    let code = match unsafe { read_str(code_ptr, code_len) } {
+        Ok(s) => s.to_owned(),
+        Err(_) => return abi_error("cell source is not UTF-8"),
+    };
+    RNG.with(|s| *s.borrow_mut() = (u64::from(seed_hi) << 32) | u64::from(seed_lo));
+    VM.with(|vm| {
+        if let Some(vm) = vm.borrow().as_ref() {
+            vm.runtime.set_memory_limit(memory_limit as usize);
+        }
+    });
+    with_hooks(move |ctx, hooks| {
+        let run: Function = hooks.get("run")?;
+        // The wrapper keeps the cell's first line on line 1, so QuickJS's line
+        // numbers are the model's line numbers. Each cell is its own function
+        // scope: no redeclaration errors across cells, `return` and top-level
+        // `await` just work.
+        let mut source = String::with_capacity(code.len() + 32);
+        source.push_str("(async function () {");
+        source.push_str(&code);
+        source.push_str("\n})");
+        let mut options = EvalOptions::default();
+        options.global = true;
+        options.strict = false;
+        options.filename = Some("cell.js".to_owned());
+        match ctx.eval_with_options::<Value, _>(source, options) {
+            Ok(cell) => run.call::<_, ()>((cell, Value::new_undefined(ctx.clone()))),
+            Err(rquickjs::Error::Exception) => {
+                let error = ctx.catch();
+                run.call::<_, ()>((Value::new_undefined(ctx.clone()), error))
+            }
+            Err(other) => Err(other),
+        }
+    })
+}
+
+/// # Safety
+/// `ptr`/`len` must describe a buffer from `cm_alloc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cm_settle(request_id: i32, ok: i32, ptr: *const u8, len: usize) -> i32 {
+    // SAFETY: guaranteed by the caller.
+    let payload = match unsafe { read_str(ptr, len) } {
+        Ok(s) => s.to_owned(),
+        Err(_) => return abi_error("settle payload is not UTF-8"),
+    };
+    with_hooks(move |_ctx, hooks| {
+        let settle: Function = hooks.get("settle")?;
+        settle.call::<_, ()>((request_id, ok != 0, payload))
+    })
+}

@@ -1,0 +1,118 @@
+//! `cargo xtask <command>`: project automation.
+//!
+//! - `build-guest`: rebuild `guest/dist/codemode-guest.wasm` from source,
+//!   installing what it needs first (the `wasm32-wasip1` target; Debian's
+//!   `clang-19`, `llvm-19`, `wasi-libc`), and record the source fingerprint.
+//! - `guest-hash`: print the current guest source fingerprint.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use xtask::{GUEST_HASH_FILE, GUEST_WASM, guest_source_hash, workspace_root};
+
+const TARGET: &str = "wasm32-wasip1";
+const CLANG: &str = "clang-19";
+const LLVM_AR: &str = "llvm-ar-19";
+const DEBIAN_PACKAGES: &[&str] = &["clang-19", "llvm-19", "lld-19", "wasi-libc"];
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("build-guest") => build_guest(),
+        Some("guest-hash") => {
+            println!("{}", guest_source_hash(&workspace_root())?);
+            Ok(())
+        }
+        _ => {
+            eprintln!("usage: cargo xtask build-guest | guest-hash");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+fn install_prerequisites() -> Result<()> {
+    let targets = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("rustup is needed to add the wasm32-wasip1 target")?;
+    if !String::from_utf8_lossy(&targets.stdout).lines().any(|l| l.trim() == TARGET) {
+        run(Command::new("rustup").args(["target", "add", TARGET]))?;
+    }
+    let wasi_libc = Path::new("/usr/lib/wasm32-wasi/libc.a").exists();
+    if !have(CLANG) || !have(LLVM_AR) || !wasi_libc {
+        run(Command::new("apt-get").arg("update"))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(DEBIAN_PACKAGES))?;
+    }
+    Ok(())
+}
+
+/// Debian's clang does not look for wasi-libc where Debian installs it; a
+/// tiny sysroot of symlinks points it there (see ENGINE-NOTES).
+fn make_sysroot(root: &Path) -> Result<std::path::PathBuf> {
+    let sysroot = root.join("target/guest-sysroot");
+    std::fs::create_dir_all(sysroot.join("lib"))?;
+    let links = [
+        (sysroot.join("include"), "/usr/include/wasm32-wasi"),
+        (sysroot.join("lib/wasm32-wasip1"), "/usr/lib/wasm32-wasi"),
+        (sysroot.join("lib/wasm32-wasi"), "/usr/lib/wasm32-wasi"),
+    ];
+    for (link, target) in links {
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(target, &link)
+                .with_context(|| format!("linking {} -> {target}", link.display()))?;
+        }
+    }
+    Ok(sysroot)
+}
+
+fn build_guest() -> Result<()> {
+    let root = workspace_root();
+    install_prerequisites()?;
+    let sysroot = make_sysroot(&root)?;
+    let target_dir = root.join("target/guest-build");
+    run(Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args(["build", "--locked", "-p", "codemode-guest", "--target", TARGET, "--profile", "guest"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        // rquickjs-sys would otherwise try to download wasi-sdk.
+        .env("RQUICKJS_SYS_NO_WASI_SDK", "1")
+        .env("CC_wasm32_wasip1", CLANG)
+        .env("AR_wasm32_wasip1", LLVM_AR)
+        .env("CFLAGS_wasm32_wasip1", format!("--sysroot={}", sysroot.display()))
+        // Stack first: a shadow-stack overflow runs below address 0 and traps
+        // instead of silently overwriting data. The stack pointer is exported
+        // so the host can snapshot it.
+        .env(
+            "CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS",
+            "-C link-arg=--export=__stack_pointer -C link-arg=--stack-first -C link-arg=-zstack-size=1048576",
+        ))?;
+    let built = target_dir.join(TARGET).join("guest/codemode_guest.wasm");
+    let dest = root.join(GUEST_WASM);
+    std::fs::copy(&built, &dest).with_context(|| format!("copying {}", built.display()))?;
+    let hash = guest_source_hash(&root)?;
+    std::fs::write(root.join(GUEST_HASH_FILE), format!("{hash}\n"))?;
+    let size = std::fs::metadata(&dest)?.len();
+    eprintln!("xtask: wrote {} ({size} bytes), source hash {hash}", dest.display());
+    Ok(())
+}
