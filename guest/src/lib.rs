@@ -30,6 +30,9 @@
 use std::cell::RefCell;
 
 use rquickjs::function::Func;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use rquickjs::allocator::{Allocator, RustAllocator};
 use rquickjs::context::EvalOptions;
 use rquickjs::{Context, Ctx, Function, Object, Persistent, Runtime, Value};
 
@@ -44,6 +47,9 @@ pub const STATUS_FAILED: i32 = 1;
 pub const STATUS_PENDING: i32 = 2;
 /// The ABI was misused (bad UTF-8, call before init, ...); payload is text.
 pub const STATUS_ABI_ERROR: i32 = 3;
+/// Like [`STATUS_FAILED`], but an allocation was refused by the heap limit
+/// during this call: the failure is (most likely) the memory limit's doing.
+pub const STATUS_OUT_OF_MEMORY: i32 = 4;
 
 #[link(wasm_import_module = "codemode")]
 unsafe extern "C" {
@@ -58,6 +64,82 @@ struct Vm {
     context: Context,
     /// The object the prelude returned: `run`, `settle`, `status`, `take`.
     hooks: Persistent<Object<'static>>,
+}
+
+/// QuickJS's allocator, held to the per-run heap limit. A refusal is
+/// remembered so the host can report `memory_limit_exceeded` even when
+/// QuickJS could not allocate the error object itself.
+struct LimitedAllocator(RustAllocator);
+
+static HEAP_USED: AtomicUsize = AtomicUsize::new(0);
+static HEAP_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+static HEAP_REFUSED: AtomicBool = AtomicBool::new(false);
+
+fn heap_admits(extra: usize) -> bool {
+    let ok = HEAP_USED.load(Ordering::Relaxed).saturating_add(extra) <= HEAP_LIMIT.load(Ordering::Relaxed);
+    if !ok {
+        HEAP_REFUSED.store(true, Ordering::Relaxed);
+    }
+    ok
+}
+
+// SAFETY: delegates to `RustAllocator` and only adds bookkeeping.
+unsafe impl Allocator for LimitedAllocator {
+    fn alloc(&mut self, size: usize) -> *mut u8 {
+        if !heap_admits(size) {
+            return std::ptr::null_mut();
+        }
+        let ptr = self.0.alloc(size);
+        if !ptr.is_null() {
+            // SAFETY: `ptr` was just allocated by `RustAllocator`.
+            HEAP_USED.fetch_add(unsafe { RustAllocator::usable_size(ptr) }, Ordering::Relaxed);
+        }
+        ptr
+    }
+
+    fn calloc(&mut self, count: usize, size: usize) -> *mut u8 {
+        if !heap_admits(count.saturating_mul(size)) {
+            return std::ptr::null_mut();
+        }
+        let ptr = self.0.calloc(count, size);
+        if !ptr.is_null() {
+            // SAFETY: as in `alloc`.
+            HEAP_USED.fetch_add(unsafe { RustAllocator::usable_size(ptr) }, Ordering::Relaxed);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&mut self, ptr: *mut u8) {
+        if !ptr.is_null() {
+            // SAFETY: the caller passes a pointer from this allocator.
+            let size = unsafe { RustAllocator::usable_size(ptr) };
+            HEAP_USED.fetch_sub(size.min(HEAP_USED.load(Ordering::Relaxed)), Ordering::Relaxed);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.0.dealloc(ptr) }
+    }
+
+    unsafe fn realloc(&mut self, ptr: *mut u8, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller passes a pointer from this allocator.
+        let old = if ptr.is_null() { 0 } else { unsafe { RustAllocator::usable_size(ptr) } };
+        if new_size > old && !heap_admits(new_size - old) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: forwarded contract.
+        let new = unsafe { self.0.realloc(ptr, new_size) };
+        if !new.is_null() {
+            // SAFETY: `new` was just returned by `RustAllocator`.
+            let size = unsafe { RustAllocator::usable_size(new) };
+            let used = HEAP_USED.load(Ordering::Relaxed);
+            HEAP_USED.store(used.saturating_sub(old).saturating_add(size), Ordering::Relaxed);
+        }
+        new
+    }
+
+    unsafe fn usable_size(ptr: *mut u8) -> usize {
+        // SAFETY: forwarded contract.
+        unsafe { RustAllocator::usable_size(ptr) }
+    }
 }
 
 thread_local! {
@@ -155,7 +237,7 @@ pub unsafe extern "C" fn cm_init(ptr: *const u8, len: usize) -> i32 {
         Ok(s) => s.to_owned(),
         Err(_) => return abi_error("prelude is not UTF-8"),
     };
-    let runtime = match Runtime::new() {
+    let runtime = match Runtime::new_with_alloc(LimitedAllocator(RustAllocator)) {
         Ok(rt) => rt,
         Err(e) => return abi_error(&format!("QuickJS runtime: {e}")),
     };
@@ -215,7 +297,8 @@ fn with_hooks<F>(f: F) -> i32
 where
     F: for<'js> FnOnce(&Ctx<'js>, &Object<'js>) -> rquickjs::Result<()>,
 {
-    VM.with(|vm| {
+    HEAP_REFUSED.store(false, Ordering::Relaxed);
+    let status = VM.with(|vm| {
         let vm = vm.borrow();
         let Some(vm) = vm.as_ref() else {
             return abi_error("cm_init was not called");
@@ -243,7 +326,12 @@ where
                 Err(e) => report_vm_failure(&ctx, e),
             }
         })
-    })
+    });
+    if status == STATUS_FAILED && HEAP_REFUSED.load(Ordering::Relaxed) {
+        STATUS_OUT_OF_MEMORY
+    } else {
+        status
+    }
 }
 
 fn drain_jobs(runtime: &Runtime) {
@@ -322,11 +410,7 @@ pub unsafe extern "C" fn cm_run(
         Err(_) => return abi_error("cell source is not UTF-8"),
     };
     RNG.with(|s| *s.borrow_mut() = (u64::from(seed_hi) << 32) | u64::from(seed_lo));
-    VM.with(|vm| {
-        if let Some(vm) = vm.borrow().as_ref() {
-            vm.runtime.set_memory_limit(memory_limit as usize);
-        }
-    });
+    HEAP_LIMIT.store(memory_limit as usize, Ordering::Relaxed);
     with_hooks(move |ctx, hooks| {
         let run: Function = hooks.get("run")?;
         // The wrapper keeps the cell's first line on line 1, so QuickJS's line

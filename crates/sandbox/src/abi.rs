@@ -12,11 +12,15 @@ pub(crate) const STATUS_COMPLETED: i32 = 0;
 pub(crate) const STATUS_FAILED: i32 = 1;
 pub(crate) const STATUS_PENDING: i32 = 2;
 pub(crate) const STATUS_ABI_ERROR: i32 = 3;
+pub(crate) const STATUS_OUT_OF_MEMORY: i32 = 4;
 
 pub(crate) const EMIT_JSON: i32 = 1;
 
 /// Funcref tables never need to grow past this (QuickJS uses none at all).
 pub(crate) const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// Columns the guest's cell wrapper `(async function () {` adds to line 1.
+pub(crate) const CELL_PREFIX_COLUMNS: u32 = 20;
 
 /// The mutable global that holds the shadow stack pointer.
 pub(crate) const STACK_POINTER: &str = "__stack_pointer";

@@ -310,9 +310,13 @@ impl Vm {
             }
             abi::STATUS_FAILED => {
                 let out = read_out(&mut self.store, &self.instance).unwrap_or_default();
-                Step::Failed(self.exception(&out))
+                Step::Failed(self.exception(&out, false))
             }
-            _ => {
+            abi::STATUS_OUT_OF_MEMORY => {
+                let out = read_out(&mut self.store, &self.instance).unwrap_or_default();
+                Step::Failed(self.exception(&out, true))
+            }
+            abi::STATUS_ABI_ERROR | _ => {
                 self.dead = true;
                 let out = read_out(&mut self.store, &self.instance).unwrap_or_default();
                 Step::Failed(Failure::host(
@@ -323,7 +327,7 @@ impl Vm {
         }
     }
 
-    fn exception(&mut self, payload: &[u8]) -> Failure {
+    fn exception(&mut self, payload: &[u8], heap_refused: bool) -> Failure {
         #[derive(serde::Deserialize)]
         struct Info {
             name: Option<String>,
@@ -339,8 +343,12 @@ impl Vm {
         });
         let name = info.name.unwrap_or_else(|| "Error".into());
         let message = info.message.unwrap_or_default();
+        let column = match (info.line, info.column) {
+            (Some(1), Some(c)) if c > abi::CELL_PREFIX_COLUMNS => Some(c - abi::CELL_PREFIX_COLUMNS),
+            (_, c) => c,
+        };
         let out_of_memory = name == "InternalError" && message == "out of memory";
-        if out_of_memory || self.store.data().limiter.denied {
+        if heap_refused || out_of_memory || self.store.data().limiter.denied {
             // The heap is full: whatever runs next in this VM would fail too.
             self.dead = true;
             return Failure {
@@ -348,7 +356,7 @@ impl Vm {
                 name: Some(name),
                 message: memory_message(&self.limits),
                 line: info.line,
-                column: info.column,
+                column,
             };
         }
         Failure {
@@ -356,7 +364,7 @@ impl Vm {
             name: Some(name),
             message,
             line: info.line,
-            column: info.column,
+            column,
         }
     }
 

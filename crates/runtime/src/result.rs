@@ -1,0 +1,270 @@
+//! The model-visible result union (SPEC §4) and its wire form.
+//!
+//! Field names are exactly the contract's: `status`, `value`, `output`,
+//! `telemetry`, `runId`, `reason`, `pendingToolCalls`, `error`, `code`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The error codes of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs, reason = "each variant is the contract's code of the same name")]
+pub enum ErrorCode {
+    RuntimeUnavailable,
+    InvalidConfig,
+    InvalidInput,
+    UnsupportedLanguage,
+    TypescriptTransformFailed,
+    ModuleAccessDenied,
+    Timeout,
+    MemoryLimitExceeded,
+    OutputLimitExceeded,
+    SnapshotLimitExceeded,
+    SnapshotExpired,
+    SnapshotRestoreFailed,
+    TooManyPendingToolCalls,
+    NestedToolFailed,
+    Aborted,
+    InternalError,
+}
+
+impl ErrorCode {
+    /// The wire name, e.g. `memory_limit_exceeded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::RuntimeUnavailable => "runtime_unavailable",
+            ErrorCode::InvalidConfig => "invalid_config",
+            ErrorCode::InvalidInput => "invalid_input",
+            ErrorCode::UnsupportedLanguage => "unsupported_language",
+            ErrorCode::TypescriptTransformFailed => "typescript_transform_failed",
+            ErrorCode::ModuleAccessDenied => "module_access_denied",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::MemoryLimitExceeded => "memory_limit_exceeded",
+            ErrorCode::OutputLimitExceeded => "output_limit_exceeded",
+            ErrorCode::SnapshotLimitExceeded => "snapshot_limit_exceeded",
+            ErrorCode::SnapshotExpired => "snapshot_expired",
+            ErrorCode::SnapshotRestoreFailed => "snapshot_restore_failed",
+            ErrorCode::TooManyPendingToolCalls => "too_many_pending_tool_calls",
+            ErrorCode::NestedToolFailed => "nested_tool_failed",
+            ErrorCode::Aborted => "aborted",
+            ErrorCode::InternalError => "internal_error",
+        }
+    }
+}
+
+/// One output item, in guest call order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Output {
+    /// From `text(...)`.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// From `json(...)`.
+    Json {
+        /// The JSON value.
+        value: Value,
+    },
+}
+
+impl Output {
+    /// Bytes this item counts against `maxOutputBytes`.
+    pub fn size_bytes(&self) -> usize {
+        match self {
+            Output::Text { text } => text.len(),
+            Output::Json { value } => value.to_string().len(),
+        }
+    }
+}
+
+/// Why a run waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// Nested calls are still running.
+    PendingTools,
+    /// The guest called `yield_control(...)`.
+    Yield,
+}
+
+/// A nested call the suspended run waits on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingToolCall {
+    /// The nested call's id.
+    pub id: String,
+    /// The catalog id of the tool.
+    pub tool_id: String,
+    /// The bridge method (`call`, ...).
+    pub method: String,
+}
+
+/// A snapshot lifecycle event, for telemetry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotEvent {
+    /// `suspended`, `restored`, `discarded` or `expired`.
+    pub event: String,
+    /// Snapshot bytes held in memory, where known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// How long the operation took, in microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub micros: Option<u64>,
+}
+
+/// What a result reports about how it was produced. Never holds secrets or
+/// tool inputs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Telemetry {
+    /// The cell language.
+    pub language: String,
+    /// Wall time of this exec or wait, in milliseconds.
+    pub duration_ms: f64,
+    /// Exec calls of this run so far (1 for a fresh exec).
+    pub exec_count: u32,
+    /// Wait calls of this run so far.
+    pub wait_count: u32,
+    /// Linear memory of the VM when it stopped, in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_memory_bytes: Option<u64>,
+    /// Bytes of output (text, json and value) in this result.
+    pub output_bytes: u64,
+    /// Which limit stopped the cell, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_failure: Option<ErrorCode>,
+    /// Snapshot lifecycle events of this call.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub snapshot_events: Vec<SnapshotEvent>,
+}
+
+/// The result of `exec` or `wait`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum CodeModeResult {
+    /// The cell finished.
+    Completed {
+        /// Its return value (`undefined` becomes `null`).
+        value: Value,
+        /// `text`/`json` output in call order.
+        #[serde(skip_serializing_if = "Vec::is_empty", default)]
+        output: Vec<Output>,
+        /// How it ran.
+        telemetry: Telemetry,
+    },
+    /// The cell is suspended; call `wait` with `runId`.
+    Waiting {
+        /// The run to resume.
+        #[serde(rename = "runId")]
+        run_id: String,
+        /// Why it waits.
+        reason: WaitReason,
+        /// Calls still in flight.
+        #[serde(rename = "pendingToolCalls", skip_serializing_if = "Vec::is_empty", default)]
+        pending_tool_calls: Vec<PendingToolCall>,
+        /// Output produced before suspending.
+        #[serde(skip_serializing_if = "Vec::is_empty", default)]
+        output: Vec<Output>,
+        /// How it ran.
+        telemetry: Telemetry,
+    },
+    /// The cell failed.
+    Failed {
+        /// A message for the model: what went wrong and what to do instead.
+        error: String,
+        /// A machine-readable code, when one applies.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code: Option<ErrorCode>,
+        /// Output produced before the failure.
+        #[serde(skip_serializing_if = "Vec::is_empty", default)]
+        output: Vec<Output>,
+        /// How it ran.
+        telemetry: Telemetry,
+    },
+}
+
+impl CodeModeResult {
+    /// A failure with a code and no output.
+    pub fn failure(code: ErrorCode, error: impl Into<String>, telemetry: Telemetry) -> CodeModeResult {
+        CodeModeResult::Failed {
+            error: error.into(),
+            code: Some(code),
+            output: Vec::new(),
+            telemetry,
+        }
+    }
+
+    /// `completed`, `waiting` or `failed`.
+    pub fn status(&self) -> &'static str {
+        match self {
+            CodeModeResult::Completed { .. } => "completed",
+            CodeModeResult::Waiting { .. } => "waiting",
+            CodeModeResult::Failed { .. } => "failed",
+        }
+    }
+
+    /// The error code of a failure.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            CodeModeResult::Failed { code, .. } => *code,
+            _ => None,
+        }
+    }
+
+    /// The telemetry of any result.
+    pub fn telemetry(&self) -> &Telemetry {
+        match self {
+            CodeModeResult::Completed { telemetry, .. }
+            | CodeModeResult::Waiting { telemetry, .. }
+            | CodeModeResult::Failed { telemetry, .. } => telemetry,
+        }
+    }
+
+    /// The result as a JSON value with the contract's field names.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_else(|e| {
+            serde_json::json!({ "status": "failed", "error": format!("result could not be serialized: {e}"), "code": "internal_error", "telemetry": {} })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn wire_names_follow_the_contract() {
+        let waiting = CodeModeResult::Waiting {
+            run_id: "run_1".into(),
+            reason: WaitReason::PendingTools,
+            pending_tool_calls: vec![PendingToolCall {
+                id: "c1".into(),
+                tool_id: "openclaw:core:x".into(),
+                method: "call".into(),
+            }],
+            output: vec![Output::Text { text: "hi".into() }],
+            telemetry: Telemetry::default(),
+        };
+        let v = waiting.to_json();
+        assert_eq!(v["status"], "waiting");
+        assert_eq!(v["runId"], "run_1");
+        assert_eq!(v["reason"], "pending_tools");
+        assert_eq!(v["pendingToolCalls"][0]["toolId"], "openclaw:core:x");
+        assert_eq!(v["output"][0], json!({"type": "text", "text": "hi"}));
+        let failed = CodeModeResult::failure(ErrorCode::MemoryLimitExceeded, "boom", Telemetry::default()).to_json();
+        assert_eq!(failed["code"], "memory_limit_exceeded");
+        assert_eq!(failed["error"], "boom");
+        assert!(failed.get("output").is_none());
+    }
+
+    #[test]
+    fn code_names_match_serde() {
+        for code in [ErrorCode::RuntimeUnavailable, ErrorCode::TypescriptTransformFailed, ErrorCode::TooManyPendingToolCalls] {
+            assert_eq!(serde_json::to_value(code).unwrap(), json!(code.as_str()));
+        }
+    }
+}
