@@ -254,10 +254,19 @@
         info.name = StringCtor(e.name);
         info.message = StringCtor(e.message);
         const stack = typeof e.stack === "string" ? e.stack : "";
-        const m = /cell\.js:(\d+)(?::(\d+))?/.exec(stack);
-        if (m) {
-          info.line = +m[1];
-          if (m[2]) info.column = +m[2];
+        // The first cell frame, skipping the constructors of an Error
+        // subclass: the model wants the line that threw, not `super(...)`.
+        let ctorName = "";
+        try { ctorName = typeof e.constructor === "function" ? StringCtor(e.constructor.name) : ""; } catch (_) {}
+        const frame = /at (?:(\S+) )?\(?cell\.js:(\d+)(?::(\d+))?/g;
+        let m, first = null;
+        while ((m = frame.exec(stack)) !== null) {
+          if (first === null) first = m;
+          if (!(ctorName && m[1] === ctorName)) { first = m; break; }
+        }
+        if (first) {
+          info.line = +first[2];
+          if (first[3]) info.column = +first[3];
         } else if (typeof e.lineNumber === "number" && e.fileName === "cell.js") {
           info.line = e.lineNumber;
           if (typeof e.columnNumber === "number") info.column = e.columnNumber;
