@@ -1,0 +1,112 @@
+//! `codemode exec` as users run it: stdin or a file in, one JSON result out,
+//! exit 0 for completed or waiting, 1 for failed, 2 for bad usage.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn codemode(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("codemode runs");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn results(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn write_temp(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("codemode-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn completed_cells_exit_zero_with_one_result() {
+    let out = codemode(&["exec"], "text('hi'); return 1 + 1");
+    assert_eq!(out.status.code(), Some(0));
+    let r = results(&out);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0]["status"], "completed");
+    assert_eq!(r[0]["value"], 2);
+    assert_eq!(r[0]["output"][0]["text"], "hi");
+}
+
+#[test]
+fn failed_cells_exit_one() {
+    let out = codemode(&["exec", "-"], "throw new TypeError('nope')");
+    assert_eq!(out.status.code(), Some(1));
+    let r = results(&out);
+    assert_eq!(r[0]["status"], "failed");
+    assert!(r[0]["error"].as_str().unwrap().starts_with("TypeError: nope (line 1, column "), "{}", r[0]);
+}
+
+#[test]
+fn config_limits_apply_and_codes_are_reported() {
+    let config = write_temp("limits.json5", "// JSON5 comments are fine\n{ tools: { codeMode: { enabled: true, timeoutMs: 200, memoryLimitBytes: 8388608, } } }");
+    let config = config.to_str().unwrap();
+    for (cell, code) in [
+        ("while(true){}", "timeout"),
+        ("const a = []; for (;;) a.push('x'.repeat(1 << 20) + Math.random())", "memory_limit_exceeded"),
+    ] {
+        let out = codemode(&["exec", "--config", config], cell);
+        assert_eq!(out.status.code(), Some(1), "{cell}");
+        assert_eq!(results(&out)[0]["code"], code, "{cell}");
+    }
+}
+
+#[test]
+fn cells_can_come_from_a_file() {
+    let cell = write_temp("cell.js", "const xs = [1, 2, 3];\nreturn xs.reduce((a, b) => a + b, 0);\n");
+    let out = codemode(&["exec", cell.to_str().unwrap()], "");
+    assert_eq!(results(&out)[0]["value"], 6);
+}
+
+#[test]
+fn waiting_exits_zero_and_follow_prints_every_result() {
+    let out = codemode(&["exec"], "await yield_control('x'); return 'resumed'");
+    assert_eq!(out.status.code(), Some(0));
+    let r = results(&out);
+    assert_eq!((r.len(), r[0]["status"].as_str()), (1, Some("waiting")));
+    assert!(r[0]["runId"].as_str().unwrap().starts_with("run_"));
+
+    let out = codemode(&["exec", "--follow"], "await yield_control('x'); await yield_control('y'); return 'resumed'");
+    let r = results(&out);
+    let statuses: Vec<&str> = r.iter().map(|v| v["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["waiting", "waiting", "completed"]);
+    assert_eq!(r[2]["value"], "resumed");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn bad_usage_exits_two() {
+    assert_eq!(codemode(&["exec", "--language", "cobol"], "").status.code(), Some(2));
+    assert_eq!(codemode(&["frobnicate"], "").status.code(), Some(2));
+    assert_eq!(codemode(&["exec", "/no/such/cell.js"], "").status.code(), Some(2));
+    let bad = write_temp("bad.json5", "{ tools: { codeMode: { timeoutMs: 'soon' } } }");
+    let out = codemode(&["exec", "--config", bad.to_str().unwrap()], "return 1");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tools.codeMode.timeoutMs"));
+}
+
+#[test]
+fn check_config_reports_every_problem_with_its_path() {
+    let config = write_temp("check.json5", "{ tools: { codeMode: { enabled: true, timeoutMs: 1, maxOutputBytes: 1e9, bogus: 1 } } }");
+    let out = Command::new(env!("CARGO_BIN_EXE_codemode")).args(["check-config", config.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("tools.codeMode.timeoutMs"), "{text}");
+    assert!(text.contains("tools.codeMode.maxOutputBytes"), "{text}");
+    assert!(text.contains("tools.codeMode.bogus"), "{text}");
+    assert_eq!(out.status.code(), Some(0));
+}
