@@ -4,6 +4,9 @@
 //!   installing what it needs first (the `wasm32-wasip1` target; Debian's
 //!   `clang-19`, `llvm-19`, `wasi-libc`), and record the source fingerprint.
 //! - `guest-hash`: print the current guest source fingerprint.
+//! - `ci`: the whole test suite, exactly as CI runs it: rebuild the guest from
+//!   source, then format check, clippy (host and guest) and all tests against
+//!   the rebuilt module.
 
 use std::path::Path;
 use std::process::Command;
@@ -20,12 +23,13 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("build-guest") => build_guest(),
+        Some("ci") => ci(),
         Some("guest-hash") => {
             println!("{}", guest_source_hash(&workspace_root())?);
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask build-guest | guest-hash");
+            eprintln!("usage: cargo xtask build-guest | ci | guest-hash");
             std::process::exit(2);
         }
     }
@@ -85,16 +89,18 @@ fn make_sysroot(root: &Path) -> Result<std::path::PathBuf> {
     Ok(sysroot)
 }
 
-fn build_guest() -> Result<()> {
-    let root = workspace_root();
-    install_prerequisites()?;
-    let sysroot = make_sysroot(&root)?;
-    let target_dir = root.join("target/guest-build");
-    run(Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(&root)
-        .args(["build", "--locked", "-p", "codemode-guest", "--target", TARGET, "--profile", "guest"])
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// A cargo command for the guest crate with the wasm toolchain configured.
+fn guest_cargo(root: &Path, subcommand: &str) -> Result<Command> {
+    let sysroot = make_sysroot(root)?;
+    let mut cmd = cargo();
+    cmd.current_dir(root)
+        .args([subcommand, "--locked", "-p", "codemode-guest", "--target", TARGET, "--profile", "guest"])
         .arg("--target-dir")
-        .arg(&target_dir)
+        .arg(root.join("target/guest-build"))
         // rquickjs-sys would otherwise try to download wasi-sdk.
         .env("RQUICKJS_SYS_NO_WASI_SDK", "1")
         .env("CC_wasm32_wasip1", CLANG)
@@ -106,7 +112,25 @@ fn build_guest() -> Result<()> {
         .env(
             "CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS",
             "-C link-arg=--export=__stack_pointer -C link-arg=--stack-first -C link-arg=-zstack-size=1048576",
-        ))?;
+        );
+    Ok(cmd)
+}
+
+fn ci() -> Result<()> {
+    let root = workspace_root();
+    build_guest()?;
+    run(cargo().current_dir(&root).args(["fmt", "--all", "--check"]))?;
+    run(cargo().current_dir(&root).args(["clippy", "--locked", "--all-targets", "--", "-D", "warnings"]))?;
+    run(guest_cargo(&root, "clippy")?.args(["--", "-D", "warnings"]))?;
+    run(cargo().current_dir(&root).args(["test", "--locked"]))?;
+    Ok(())
+}
+
+fn build_guest() -> Result<()> {
+    let root = workspace_root();
+    install_prerequisites()?;
+    let target_dir = root.join("target/guest-build");
+    run(&mut guest_cargo(&root, "build")?)?;
     let built = target_dir.join(TARGET).join("guest/codemode_guest.wasm");
     let dest = root.join(GUEST_WASM);
     std::fs::copy(&built, &dest).with_context(|| format!("copying {}", built.display()))?;
