@@ -76,7 +76,8 @@ static HEAP_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 static HEAP_REFUSED: AtomicBool = AtomicBool::new(false);
 
 fn heap_admits(extra: usize) -> bool {
-    let ok = HEAP_USED.load(Ordering::Relaxed).saturating_add(extra) <= HEAP_LIMIT.load(Ordering::Relaxed);
+    let ok = HEAP_USED.load(Ordering::Relaxed).saturating_add(extra)
+        <= HEAP_LIMIT.load(Ordering::Relaxed);
     if !ok {
         HEAP_REFUSED.store(true, Ordering::Relaxed);
     }
@@ -92,7 +93,10 @@ unsafe impl Allocator for LimitedAllocator {
         let ptr = self.0.alloc(size);
         if !ptr.is_null() {
             // SAFETY: `ptr` was just allocated by `RustAllocator`.
-            HEAP_USED.fetch_add(unsafe { RustAllocator::usable_size(ptr) }, Ordering::Relaxed);
+            HEAP_USED.fetch_add(
+                unsafe { RustAllocator::usable_size(ptr) },
+                Ordering::Relaxed,
+            );
         }
         ptr
     }
@@ -104,7 +108,10 @@ unsafe impl Allocator for LimitedAllocator {
         let ptr = self.0.calloc(count, size);
         if !ptr.is_null() {
             // SAFETY: as in `alloc`.
-            HEAP_USED.fetch_add(unsafe { RustAllocator::usable_size(ptr) }, Ordering::Relaxed);
+            HEAP_USED.fetch_add(
+                unsafe { RustAllocator::usable_size(ptr) },
+                Ordering::Relaxed,
+            );
         }
         ptr
     }
@@ -113,7 +120,10 @@ unsafe impl Allocator for LimitedAllocator {
         if !ptr.is_null() {
             // SAFETY: the caller passes a pointer from this allocator.
             let size = unsafe { RustAllocator::usable_size(ptr) };
-            HEAP_USED.fetch_sub(size.min(HEAP_USED.load(Ordering::Relaxed)), Ordering::Relaxed);
+            HEAP_USED.fetch_sub(
+                size.min(HEAP_USED.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
         }
         // SAFETY: forwarded contract.
         unsafe { self.0.dealloc(ptr) }
@@ -121,7 +131,11 @@ unsafe impl Allocator for LimitedAllocator {
 
     unsafe fn realloc(&mut self, ptr: *mut u8, new_size: usize) -> *mut u8 {
         // SAFETY: the caller passes a pointer from this allocator.
-        let old = if ptr.is_null() { 0 } else { unsafe { RustAllocator::usable_size(ptr) } };
+        let old = if ptr.is_null() {
+            0
+        } else {
+            unsafe { RustAllocator::usable_size(ptr) }
+        };
         if new_size > old && !heap_admits(new_size - old) {
             return std::ptr::null_mut();
         }
@@ -131,7 +145,10 @@ unsafe impl Allocator for LimitedAllocator {
             // SAFETY: `new` was just returned by `RustAllocator`.
             let size = unsafe { RustAllocator::usable_size(new) };
             let used = HEAP_USED.load(Ordering::Relaxed);
-            HEAP_USED.store(used.saturating_sub(old).saturating_add(size), Ordering::Relaxed);
+            HEAP_USED.store(
+                used.saturating_sub(old).saturating_add(size),
+                Ordering::Relaxed,
+            );
         }
         new
     }
@@ -246,14 +263,20 @@ pub unsafe extern "C" fn cm_init(ptr: *const u8, len: usize) -> i32 {
         Err(e) => return abi_error(&format!("QuickJS context: {e}")),
     };
     let hooks = context.with(|ctx| -> Result<Persistent<Object<'static>>, String> {
-        let setup: Function = ctx
-            .eval(prelude)
-            .map_err(|e| describe_exception(&ctx, e))?;
+        let setup: Function = ctx.eval(prelude).map_err(|e| describe_exception(&ctx, e))?;
         let natives = Object::new(ctx.clone()).map_err(|e| e.to_string())?;
-        natives.set("request", Func::from(native_request)).map_err(|e| e.to_string())?;
-        natives.set("emit", Func::from(native_emit)).map_err(|e| e.to_string())?;
-        natives.set("random", Func::from(next_random)).map_err(|e| e.to_string())?;
-        let hooks: Object = setup.call((natives,)).map_err(|e| describe_exception(&ctx, e))?;
+        natives
+            .set("request", Func::from(native_request))
+            .map_err(|e| e.to_string())?;
+        natives
+            .set("emit", Func::from(native_emit))
+            .map_err(|e| e.to_string())?;
+        natives
+            .set("random", Func::from(next_random))
+            .map_err(|e| e.to_string())?;
+        let hooks: Object = setup
+            .call((natives,))
+            .map_err(|e| describe_exception(&ctx, e))?;
         Ok(Persistent::save(&ctx, hooks))
     });
     match hooks {
@@ -365,7 +388,10 @@ fn report_vm_failure(ctx: &Ctx<'_>, error: rquickjs::Error) -> i32 {
                     let name: String = ex.get("name").unwrap_or_else(|_| "Error".into());
                     (name, ex.message().unwrap_or_default())
                 }
-                None => ("Error".to_owned(), "the VM threw a non-error value".to_owned()),
+                None => (
+                    "Error".to_owned(),
+                    "the VM threw a non-error value".to_owned(),
+                ),
             }
         }
         other => ("InternalError".to_owned(), other.to_string()),

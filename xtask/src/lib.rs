@@ -106,7 +106,8 @@ mod tests {
 
     #[test]
     fn profile_extraction_keeps_only_the_guest_table() {
-        let manifest = "[profile.release]\nlto = false\n[profile.guest]\nlto = true\n# c\n[x]\ny=1\n";
+        let manifest =
+            "[profile.release]\nlto = false\n[profile.guest]\nlto = true\n# c\n[x]\ny=1\n";
         assert_eq!(guest_profile(manifest), "[profile.guest]\nlto = true\n");
     }
 

@@ -57,7 +57,10 @@ fn install_prerequisites() -> Result<()> {
         .args(["target", "list", "--installed"])
         .output()
         .context("rustup is needed to add the wasm32-wasip1 target")?;
-    if !String::from_utf8_lossy(&targets.stdout).lines().any(|l| l.trim() == TARGET) {
+    if !String::from_utf8_lossy(&targets.stdout)
+        .lines()
+        .any(|l| l.trim() == TARGET)
+    {
         run(Command::new("rustup").args(["target", "add", TARGET]))?;
     }
     let wasi_libc = Path::new("/usr/lib/wasm32-wasi/libc.a").exists();
@@ -120,7 +123,14 @@ fn ci() -> Result<()> {
     let root = workspace_root();
     build_guest()?;
     run(cargo().current_dir(&root).args(["fmt", "--all", "--check"]))?;
-    run(cargo().current_dir(&root).args(["clippy", "--locked", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo().current_dir(&root).args([
+        "clippy",
+        "--locked",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     run(guest_cargo(&root, "clippy")?.args(["--", "-D", "warnings"]))?;
     run(cargo().current_dir(&root).args(["test", "--locked"]))?;
     Ok(())
@@ -137,6 +147,9 @@ fn build_guest() -> Result<()> {
     let hash = guest_source_hash(&root)?;
     std::fs::write(root.join(GUEST_HASH_FILE), format!("{hash}\n"))?;
     let size = std::fs::metadata(&dest)?.len();
-    eprintln!("xtask: wrote {} ({size} bytes), source hash {hash}", dest.display());
+    eprintln!(
+        "xtask: wrote {} ({size} bytes), source hash {hash}",
+        dest.display()
+    );
     Ok(())
 }

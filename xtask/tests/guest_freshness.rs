@@ -6,8 +6,9 @@ use xtask::{GUEST_HASH_FILE, GUEST_WASM, guest_source_hash, workspace_root};
 #[test]
 fn shipped_guest_module_matches_guest_sources() {
     let root = workspace_root();
-    let recorded = std::fs::read_to_string(root.join(GUEST_HASH_FILE))
-        .unwrap_or_else(|e| panic!("{GUEST_HASH_FILE} is missing ({e}); run `cargo xtask build-guest`"));
+    let recorded = std::fs::read_to_string(root.join(GUEST_HASH_FILE)).unwrap_or_else(|e| {
+        panic!("{GUEST_HASH_FILE} is missing ({e}); run `cargo xtask build-guest`")
+    });
     let current = guest_source_hash(&root).unwrap_or_else(|e| panic!("hashing guest sources: {e}"));
     assert_eq!(
         recorded.trim(),

@@ -19,7 +19,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use codemode_runtime::{CodeModeConfig, CodeModeResult, CodeModeRuntime, Diagnostic};
 
 #[derive(Parser)]
-#[command(name = "codemode", version, about = "Code mode for AI agents: run model-written JavaScript against hidden tools in a QuickJS/WebAssembly sandbox.")]
+#[command(
+    name = "codemode",
+    version,
+    about = "Code mode for AI agents: run model-written JavaScript against hidden tools in a QuickJS/WebAssembly sandbox."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -67,7 +71,9 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
                 _ => ExitCode::from(2),
             };
         }
@@ -97,7 +103,8 @@ fn load_config(path: Option<&PathBuf>) -> Result<(CodeModeConfig, Vec<Diagnostic
     let Some(path) = path else {
         return Ok((CodeModeConfig::default(), Vec::new()));
     };
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config {}", path.display()))?;
     CodeModeConfig::from_json5(&text).with_context(|| format!("config {}", path.display()))
 }
 
@@ -119,7 +126,12 @@ fn check_config(path: &PathBuf) -> Result<ExitCode> {
     }
 }
 
-fn exec(config: Option<PathBuf>, language: LanguageArg, follow: bool, file: Option<PathBuf>) -> Result<ExitCode> {
+fn exec(
+    config: Option<PathBuf>,
+    language: LanguageArg,
+    follow: bool,
+    file: Option<PathBuf>,
+) -> Result<ExitCode> {
     let (config, diagnostics) = load_config(config.as_ref())?;
     for d in &diagnostics {
         eprintln!("codemode: config: {d}");
@@ -127,7 +139,9 @@ fn exec(config: Option<PathBuf>, language: LanguageArg, follow: bool, file: Opti
     let code = match file.as_deref() {
         None => read_stdin()?,
         Some(p) if p.as_os_str() == "-" => read_stdin()?,
-        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading cell {}", p.display()))?,
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading cell {}", p.display()))?
+        }
     };
     let language = match language {
         LanguageArg::Javascript => "javascript",
@@ -168,7 +182,9 @@ fn exec(config: Option<PathBuf>, language: LanguageArg, follow: bool, file: Opti
 
 fn read_stdin() -> Result<String> {
     let mut code = String::new();
-    std::io::stdin().read_to_string(&mut code).context("reading the cell from stdin")?;
+    std::io::stdin()
+        .read_to_string(&mut code)
+        .context("reading the cell from stdin")?;
     Ok(code)
 }
 

@@ -13,7 +13,12 @@ fn codemode(args: &[&str], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("codemode runs");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -49,16 +54,29 @@ fn failed_cells_exit_one() {
     assert_eq!(out.status.code(), Some(1));
     let r = results(&out);
     assert_eq!(r[0]["status"], "failed");
-    assert!(r[0]["error"].as_str().unwrap().starts_with("TypeError: nope (line 1, column "), "{}", r[0]);
+    assert!(
+        r[0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("TypeError: nope (line 1, column "),
+        "{}",
+        r[0]
+    );
 }
 
 #[test]
 fn config_limits_apply_and_codes_are_reported() {
-    let config = write_temp("limits.json5", "// JSON5 comments are fine\n{ tools: { codeMode: { enabled: true, timeoutMs: 200, memoryLimitBytes: 8388608, } } }");
+    let config = write_temp(
+        "limits.json5",
+        "// JSON5 comments are fine\n{ tools: { codeMode: { enabled: true, timeoutMs: 200, memoryLimitBytes: 8388608, } } }",
+    );
     let config = config.to_str().unwrap();
     for (cell, code) in [
         ("while(true){}", "timeout"),
-        ("const a = []; for (;;) a.push('x'.repeat(1 << 20) + Math.random())", "memory_limit_exceeded"),
+        (
+            "const a = []; for (;;) a.push('x'.repeat(1 << 20) + Math.random())",
+            "memory_limit_exceeded",
+        ),
     ] {
         let out = codemode(&["exec", "--config", config], cell);
         assert_eq!(out.status.code(), Some(1), "{cell}");
@@ -68,7 +86,10 @@ fn config_limits_apply_and_codes_are_reported() {
 
 #[test]
 fn cells_can_come_from_a_file() {
-    let cell = write_temp("cell.js", "const xs = [1, 2, 3];\nreturn xs.reduce((a, b) => a + b, 0);\n");
+    let cell = write_temp(
+        "cell.js",
+        "const xs = [1, 2, 3];\nreturn xs.reduce((a, b) => a + b, 0);\n",
+    );
     let out = codemode(&["exec", cell.to_str().unwrap()], "");
     assert_eq!(results(&out)[0]["value"], 6);
 }
@@ -81,7 +102,10 @@ fn waiting_exits_zero_and_follow_prints_every_result() {
     assert_eq!((r.len(), r[0]["status"].as_str()), (1, Some("waiting")));
     assert!(r[0]["runId"].as_str().unwrap().starts_with("run_"));
 
-    let out = codemode(&["exec", "--follow"], "await yield_control('x'); await yield_control('y'); return 'resumed'");
+    let out = codemode(
+        &["exec", "--follow"],
+        "await yield_control('x'); await yield_control('y'); return 'resumed'",
+    );
     let r = results(&out);
     let statuses: Vec<&str> = r.iter().map(|v| v["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["waiting", "waiting", "completed"]);
@@ -91,10 +115,19 @@ fn waiting_exits_zero_and_follow_prints_every_result() {
 
 #[test]
 fn bad_usage_exits_two() {
-    assert_eq!(codemode(&["exec", "--language", "cobol"], "").status.code(), Some(2));
+    assert_eq!(
+        codemode(&["exec", "--language", "cobol"], "").status.code(),
+        Some(2)
+    );
     assert_eq!(codemode(&["frobnicate"], "").status.code(), Some(2));
-    assert_eq!(codemode(&["exec", "/no/such/cell.js"], "").status.code(), Some(2));
-    let bad = write_temp("bad.json5", "{ tools: { codeMode: { timeoutMs: 'soon' } } }");
+    assert_eq!(
+        codemode(&["exec", "/no/such/cell.js"], "").status.code(),
+        Some(2)
+    );
+    let bad = write_temp(
+        "bad.json5",
+        "{ tools: { codeMode: { timeoutMs: 'soon' } } }",
+    );
     let out = codemode(&["exec", "--config", bad.to_str().unwrap()], "return 1");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tools.codeMode.timeoutMs"));
@@ -102,8 +135,14 @@ fn bad_usage_exits_two() {
 
 #[test]
 fn check_config_reports_every_problem_with_its_path() {
-    let config = write_temp("check.json5", "{ tools: { codeMode: { enabled: true, timeoutMs: 1, maxOutputBytes: 1e9, bogus: 1 } } }");
-    let out = Command::new(env!("CARGO_BIN_EXE_codemode")).args(["check-config", config.to_str().unwrap()]).output().unwrap();
+    let config = write_temp(
+        "check.json5",
+        "{ tools: { codeMode: { enabled: true, timeoutMs: 1, maxOutputBytes: 1e9, bogus: 1 } } }",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["check-config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("tools.codeMode.timeoutMs"), "{text}");
     assert!(text.contains("tools.codeMode.maxOutputBytes"), "{text}");

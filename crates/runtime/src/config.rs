@@ -126,14 +126,46 @@ struct Bound {
 }
 
 const BOUNDS: &[Bound] = &[
-    Bound { name: "timeoutMs", min: 100, max: 60_000 },
-    Bound { name: "memoryLimitBytes", min: 1 << 20, max: 1 << 30 },
-    Bound { name: "maxOutputBytes", min: 1024, max: 10 << 20 },
-    Bound { name: "maxSnapshotBytes", min: 1024, max: 256 << 20 },
-    Bound { name: "maxPendingToolCalls", min: 1, max: 128 },
-    Bound { name: "snapshotTtlSeconds", min: 1, max: 86_400 },
-    Bound { name: "maxSearchLimit", min: 1, max: 50 },
-    Bound { name: "searchDefaultLimit", min: 1, max: 50 },
+    Bound {
+        name: "timeoutMs",
+        min: 100,
+        max: 60_000,
+    },
+    Bound {
+        name: "memoryLimitBytes",
+        min: 1 << 20,
+        max: 1 << 30,
+    },
+    Bound {
+        name: "maxOutputBytes",
+        min: 1024,
+        max: 10 << 20,
+    },
+    Bound {
+        name: "maxSnapshotBytes",
+        min: 1024,
+        max: 256 << 20,
+    },
+    Bound {
+        name: "maxPendingToolCalls",
+        min: 1,
+        max: 128,
+    },
+    Bound {
+        name: "snapshotTtlSeconds",
+        min: 1,
+        max: 86_400,
+    },
+    Bound {
+        name: "maxSearchLimit",
+        min: 1,
+        max: 50,
+    },
+    Bound {
+        name: "searchDefaultLimit",
+        min: 1,
+        max: 50,
+    },
 ];
 
 impl CodeModeConfig {
@@ -297,12 +329,17 @@ fn parse_integer(path: &str, value: &Value) -> Result<i128, ConfigError> {
 
 fn parse_languages(path: &str, value: &Value) -> Result<Vec<Language>, ConfigError> {
     let Some(items) = value.as_array() else {
-        return Err(type_error(path, "an array of \"javascript\" / \"typescript\""));
+        return Err(type_error(
+            path,
+            "an array of \"javascript\" / \"typescript\"",
+        ));
     };
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let item_path = format!("{path}[{i}]");
-        let name = item.as_str().ok_or_else(|| type_error(&item_path, "a string"))?;
+        let name = item
+            .as_str()
+            .ok_or_else(|| type_error(&item_path, "a string"))?;
         let language = Language::parse(name).ok_or_else(|| ConfigError {
             path: item_path,
             message: format!("unknown language \"{name}\"; use \"javascript\" or \"typescript\""),
@@ -344,11 +381,17 @@ mod tests {
 
     #[test]
     fn out_of_range_values_clamp_and_report() {
-        let (config, diags) = parse("{tools:{codeMode:{enabled:true, timeoutMs: 999999, maxPendingToolCalls: 0}}}").unwrap();
+        let (config, diags) =
+            parse("{tools:{codeMode:{enabled:true, timeoutMs: 999999, maxPendingToolCalls: 0}}}")
+                .unwrap();
         assert_eq!(config.timeout_ms, 60_000);
         assert_eq!(config.max_pending_tool_calls, 1);
         assert_eq!(diags.len(), 2);
-        assert!(diags.iter().any(|d| d.path == "tools.codeMode.timeoutMs" && d.message.contains("60000")));
+        assert!(
+            diags
+                .iter()
+                .any(|d| d.path == "tools.codeMode.timeoutMs" && d.message.contains("60000"))
+        );
     }
 
     #[test]
@@ -366,15 +409,19 @@ mod tests {
     #[test]
     fn unknown_fields_are_reported() {
         let (_, diags) = parse("{tools:{codeMode:{enabled:true, timeotMs: 5}}}").unwrap();
-        assert_eq!(diags, vec![Diagnostic {
-            path: "tools.codeMode.timeotMs".into(),
-            message: "unknown field; it has no effect".into()
-        }]);
+        assert_eq!(
+            diags,
+            vec![Diagnostic {
+                path: "tools.codeMode.timeotMs".into(),
+                message: "unknown field; it has no effect".into()
+            }]
+        );
     }
 
     #[test]
     fn default_search_limit_never_exceeds_max() {
-        let (config, diags) = parse("{tools:{codeMode:{maxSearchLimit: 5, searchDefaultLimit: 9}}}").unwrap();
+        let (config, diags) =
+            parse("{tools:{codeMode:{maxSearchLimit: 5, searchDefaultLimit: 9}}}").unwrap();
         assert_eq!(config.search_default_limit, 5);
         assert_eq!(diags.len(), 1);
     }

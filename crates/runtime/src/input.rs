@@ -38,11 +38,16 @@ fn invalid(message: impl Into<String>) -> InputError {
     }
 }
 
-fn optional_string<'a>(object: &'a serde_json::Map<String, Value>, field: &str) -> Result<Option<&'a str>, InputError> {
+fn optional_string<'a>(
+    object: &'a serde_json::Map<String, Value>,
+    field: &str,
+) -> Result<Option<&'a str>, InputError> {
     match object.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(invalid(format!("exec input field `{field}` must be a string"))),
+        Some(_) => Err(invalid(format!(
+            "exec input field `{field}` must be a string"
+        ))),
     }
 }
 
@@ -54,9 +59,14 @@ impl ExecInput {
     /// `unsupported_language`.
     pub fn parse(raw: &Value, config: &CodeModeConfig) -> Result<ExecInput, InputError> {
         let Some(object) = raw.as_object() else {
-            return Err(invalid("exec input must be an object like {\"code\": \"return 1\"}"));
+            return Err(invalid(
+                "exec input must be an object like {\"code\": \"return 1\"}",
+            ));
         };
-        if let Some(unknown) = object.keys().find(|k| !matches!(k.as_str(), "code" | "command" | "language")) {
+        if let Some(unknown) = object
+            .keys()
+            .find(|k| !matches!(k.as_str(), "code" | "command" | "language"))
+        {
             return Err(invalid(format!(
                 "exec input field `{unknown}` is not supported; use `code` (JavaScript source) and optionally `language`"
             )));
@@ -72,7 +82,9 @@ impl ExecInput {
             (Some(code), _) => code,
             (None, Some(command)) => command,
             (None, None) => {
-                return Err(invalid("exec input field `code` is missing or empty; pass the JavaScript to run"));
+                return Err(invalid(
+                    "exec input field `code` is missing or empty; pass the JavaScript to run",
+                ));
             }
         };
         let language = match optional_string(object, "language")? {
@@ -106,13 +118,19 @@ impl WaitInput {
     /// [`InputError`] with `invalid_input` naming the field.
     pub fn parse(raw: &Value) -> Result<WaitInput, InputError> {
         let Some(object) = raw.as_object() else {
-            return Err(invalid("wait input must be an object like {\"runId\": \"...\"}"));
+            return Err(invalid(
+                "wait input must be an object like {\"runId\": \"...\"}",
+            ));
         };
         if let Some(unknown) = object.keys().find(|k| k.as_str() != "runId") {
-            return Err(invalid(format!("wait input field `{unknown}` is not supported; pass only `runId`")));
+            return Err(invalid(format!(
+                "wait input field `{unknown}` is not supported; pass only `runId`"
+            )));
         }
         match object.get("runId") {
-            Some(Value::String(id)) if !id.trim().is_empty() => Ok(WaitInput { run_id: id.clone() }),
+            Some(Value::String(id)) if !id.trim().is_empty() => {
+                Ok(WaitInput { run_id: id.clone() })
+            }
             Some(Value::String(_)) | None => Err(invalid(
                 "wait input field `runId` is missing or empty; pass the runId of a waiting result",
             )),
@@ -133,8 +151,14 @@ mod tests {
     #[test]
     fn code_or_command_alias() {
         assert_eq!(parse(json!({"code": "return 1"})).unwrap().code, "return 1");
-        assert_eq!(parse(json!({"command": "return 2"})).unwrap().code, "return 2");
-        assert_eq!(parse(json!({"code": "x", "command": "x"})).unwrap().code, "x");
+        assert_eq!(
+            parse(json!({"command": "return 2"})).unwrap().code,
+            "return 2"
+        );
+        assert_eq!(
+            parse(json!({"code": "x", "command": "x"})).unwrap().code,
+            "x"
+        );
         let err = parse(json!({"code": "x", "command": "y"})).unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidInput);
         assert!(err.message.contains("`command`"));
@@ -147,28 +171,60 @@ mod tests {
             assert_eq!(err.code, ErrorCode::InvalidInput);
             assert!(err.message.contains("`code`"), "{}", err.message);
         }
-        assert!(parse(json!({"code": 5})).unwrap_err().message.contains("`code` must be a string"));
+        assert!(
+            parse(json!({"code": 5}))
+                .unwrap_err()
+                .message
+                .contains("`code` must be a string")
+        );
         assert!(parse(json!("return 1")).is_err());
-        assert!(parse(json!({"code": "1", "cwd": "/"})).unwrap_err().message.contains("`cwd`"));
+        assert!(
+            parse(json!({"code": "1", "cwd": "/"}))
+                .unwrap_err()
+                .message
+                .contains("`cwd`")
+        );
     }
 
     #[test]
     fn languages() {
-        assert_eq!(parse(json!({"code": "1"})).unwrap().language, Language::JavaScript);
-        assert_eq!(parse(json!({"code": "1", "language": "typescript"})).unwrap().language, Language::TypeScript);
-        assert_eq!(parse(json!({"code": "1", "language": "python"})).unwrap_err().code, ErrorCode::UnsupportedLanguage);
+        assert_eq!(
+            parse(json!({"code": "1"})).unwrap().language,
+            Language::JavaScript
+        );
+        assert_eq!(
+            parse(json!({"code": "1", "language": "typescript"}))
+                .unwrap()
+                .language,
+            Language::TypeScript
+        );
+        assert_eq!(
+            parse(json!({"code": "1", "language": "python"}))
+                .unwrap_err()
+                .code,
+            ErrorCode::UnsupportedLanguage
+        );
         let js_only = CodeModeConfig {
             languages: vec![Language::JavaScript],
             ..CodeModeConfig::default()
         };
-        let err = ExecInput::parse(&json!({"code": "1", "language": "typescript"}), &js_only).unwrap_err();
+        let err = ExecInput::parse(&json!({"code": "1", "language": "typescript"}), &js_only)
+            .unwrap_err();
         assert_eq!(err.code, ErrorCode::UnsupportedLanguage);
     }
 
     #[test]
     fn wait_input() {
-        assert_eq!(WaitInput::parse(&json!({"runId": "run_1"})).unwrap().run_id, "run_1");
-        assert!(WaitInput::parse(&json!({})).unwrap_err().message.contains("`runId`"));
+        assert_eq!(
+            WaitInput::parse(&json!({"runId": "run_1"})).unwrap().run_id,
+            "run_1"
+        );
+        assert!(
+            WaitInput::parse(&json!({}))
+                .unwrap_err()
+                .message
+                .contains("`runId`")
+        );
         assert!(WaitInput::parse(&json!({"runId": 3})).is_err());
     }
 }

@@ -28,5 +28,7 @@ mod store;
 
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use input::{ExecInput, InputError, WaitInput};
-pub use result::{CodeModeResult, ErrorCode, Output, PendingToolCall, SnapshotEvent, Telemetry, WaitReason};
+pub use result::{
+    CodeModeResult, ErrorCode, Output, PendingToolCall, SnapshotEvent, Telemetry, WaitReason,
+};
 pub use runtime::{CodeModeRuntime, RuntimeError, RuntimeOptions};

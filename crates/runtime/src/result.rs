@@ -9,7 +9,10 @@ use serde_json::Value;
 /// The error codes of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[allow(missing_docs, reason = "each variant is the contract's code of the same name")]
+#[allow(
+    missing_docs,
+    reason = "each variant is the contract's code of the same name"
+)]
 pub enum ErrorCode {
     RuntimeUnavailable,
     InvalidConfig,
@@ -163,7 +166,11 @@ pub enum CodeModeResult {
         /// Why it waits.
         reason: WaitReason,
         /// Calls still in flight.
-        #[serde(rename = "pendingToolCalls", skip_serializing_if = "Vec::is_empty", default)]
+        #[serde(
+            rename = "pendingToolCalls",
+            skip_serializing_if = "Vec::is_empty",
+            default
+        )]
         pending_tool_calls: Vec<PendingToolCall>,
         /// Output produced before suspending.
         #[serde(skip_serializing_if = "Vec::is_empty", default)]
@@ -188,7 +195,11 @@ pub enum CodeModeResult {
 
 impl CodeModeResult {
     /// A failure with a code and no output.
-    pub fn failure(code: ErrorCode, error: impl Into<String>, telemetry: Telemetry) -> CodeModeResult {
+    pub fn failure(
+        code: ErrorCode,
+        error: impl Into<String>,
+        telemetry: Telemetry,
+    ) -> CodeModeResult {
         CodeModeResult::Failed {
             error: error.into(),
             code: Some(code),
@@ -255,7 +266,9 @@ mod tests {
         assert_eq!(v["reason"], "pending_tools");
         assert_eq!(v["pendingToolCalls"][0]["toolId"], "openclaw:core:x");
         assert_eq!(v["output"][0], json!({"type": "text", "text": "hi"}));
-        let failed = CodeModeResult::failure(ErrorCode::MemoryLimitExceeded, "boom", Telemetry::default()).to_json();
+        let failed =
+            CodeModeResult::failure(ErrorCode::MemoryLimitExceeded, "boom", Telemetry::default())
+                .to_json();
         assert_eq!(failed["code"], "memory_limit_exceeded");
         assert_eq!(failed["error"], "boom");
         assert!(failed.get("output").is_none());
@@ -263,7 +276,11 @@ mod tests {
 
     #[test]
     fn code_names_match_serde() {
-        for code in [ErrorCode::RuntimeUnavailable, ErrorCode::TypescriptTransformFailed, ErrorCode::TooManyPendingToolCalls] {
+        for code in [
+            ErrorCode::RuntimeUnavailable,
+            ErrorCode::TypescriptTransformFailed,
+            ErrorCode::TooManyPendingToolCalls,
+        ] {
             assert_eq!(serde_json::to_value(code).unwrap(), json!(code.as_str()));
         }
     }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codemode_sandbox::{
-    Failure, FailureKind, Limits, OutputItem, Sandbox, SandboxConfig, SandboxError, Settlement, SnapshotError, Step, Vm,
+    Failure, FailureKind, Limits, OutputItem, Sandbox, SandboxConfig, SandboxError, Settlement,
+    SnapshotError, Step, Vm,
 };
 use serde_json::Value;
 
@@ -65,7 +66,9 @@ struct Inner {
 
 impl std::fmt::Debug for CodeModeRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CodeModeRuntime").field("config", &self.inner.config).finish_non_exhaustive()
+        f.debug_struct("CodeModeRuntime")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -73,7 +76,7 @@ impl std::fmt::Debug for CodeModeRuntime {
 enum Driven {
     Done(CodeModeResult),
     Suspend {
-        vm: Vm,
+        vm: Box<Vm>,
         reason: WaitReason,
         yields: Vec<u32>,
         output: Vec<Output>,
@@ -101,7 +104,10 @@ impl CodeModeRuntime {
     ///
     /// # Errors
     /// [`RuntimeError`] when the sandbox cannot start here.
-    pub fn with_options(config: CodeModeConfig, options: RuntimeOptions) -> Result<CodeModeRuntime, RuntimeError> {
+    pub fn with_options(
+        config: CodeModeConfig,
+        options: RuntimeOptions,
+    ) -> Result<CodeModeRuntime, RuntimeError> {
         let sandbox = Sandbox::new(options.sandbox)?;
         Ok(CodeModeRuntime {
             inner: Arc::new(Inner {
@@ -144,7 +150,11 @@ impl CodeModeRuntime {
         let input = match ExecInput::parse(raw_input, &self.inner.config) {
             Ok(input) => input,
             Err(e) => {
-                return CodeModeResult::failure(e.code, e.message, telemetry_for(Language::JavaScript, started, 1, 0));
+                return CodeModeResult::failure(
+                    e.code,
+                    e.message,
+                    telemetry_for(Language::JavaScript, started, 1, 0),
+                );
             }
         };
         let info = RunInfo {
@@ -169,7 +179,10 @@ impl CodeModeRuntime {
                 Err(e) => return (host_failure(&e), events),
             };
             let driven = drive(vm, step, Vec::new());
-            (this.finish(None, driven, &info, started, &mut events), events)
+            (
+                this.finish(None, driven, &info, started, &mut events),
+                events,
+            )
         })
         .await
     }
@@ -179,14 +192,22 @@ impl CodeModeRuntime {
         let started = Instant::now();
         let input = match WaitInput::parse(raw_input) {
             Ok(input) => input,
-            Err(e) => return CodeModeResult::failure(e.code, e.message, telemetry_for(Language::JavaScript, started, 0, 1)),
+            Err(e) => {
+                return CodeModeResult::failure(
+                    e.code,
+                    e.message,
+                    telemetry_for(Language::JavaScript, started, 0, 1),
+                );
+            }
         };
         let run = match self.inner.store.take(&input.run_id) {
             Ok(run) => run,
             Err(e) => {
                 let code = match e {
                     StoreError::Expired => ErrorCode::SnapshotExpired,
-                    StoreError::Unknown | StoreError::Busy | StoreError::Full { .. } => ErrorCode::InvalidInput,
+                    StoreError::Unknown | StoreError::Busy | StoreError::Full { .. } => {
+                        ErrorCode::InvalidInput
+                    }
                 };
                 let mut telemetry = telemetry_for(Language::JavaScript, started, 0, 1);
                 if e == StoreError::Expired {
@@ -226,10 +247,16 @@ impl CodeModeRuntime {
                 micros: Some(restore_started.elapsed().as_micros() as u64),
             });
             // Yields resolve on resume: that is all `yield_control` asks for.
-            let settle: Vec<(u32, Settlement)> =
-                run.yields.iter().map(|&id| (id, Settlement::Resolve(Value::Null))).collect();
+            let settle: Vec<(u32, Settlement)> = run
+                .yields
+                .iter()
+                .map(|&id| (id, Settlement::Resolve(Value::Null)))
+                .collect();
             let driven = drive(vm, Step::Pending, settle);
-            (this.finish(Some(&run_id), driven, &info, started, &mut events), events)
+            (
+                this.finish(Some(&run_id), driven, &info, started, &mut events),
+                events,
+            )
         })
         .await
     }
@@ -245,7 +272,8 @@ impl CodeModeRuntime {
                     | CodeModeResult::Waiting { telemetry, .. }
                     | CodeModeResult::Failed { telemetry, .. } => telemetry,
                 };
-                let mut base = telemetry_for(info.language, started, info.exec_count, info.wait_count);
+                let mut base =
+                    telemetry_for(info.language, started, info.exec_count, info.wait_count);
                 base.vm_memory_bytes = telemetry.vm_memory_bytes;
                 base.output_bytes = telemetry.output_bytes;
                 base.limit_failure = telemetry.limit_failure;
@@ -295,7 +323,12 @@ impl CodeModeRuntime {
                     self.inner.store.finish(run_id);
                 }
                 let mut failed = host_failure(&e);
-                if let CodeModeResult::Failed { output: o, telemetry: t, .. } = &mut failed {
+                if let CodeModeResult::Failed {
+                    output: o,
+                    telemetry: t,
+                    ..
+                } = &mut failed
+                {
                     *o = output;
                     *t = telemetry;
                     t.limit_failure = Some(ErrorCode::SnapshotLimitExceeded);
@@ -309,12 +342,15 @@ impl CodeModeRuntime {
             micros: Some(suspend_started.elapsed().as_micros() as u64),
         });
         let ttl = Duration::from_secs(self.inner.config.snapshot_ttl_seconds);
-        match self.inner.store.insert(resumed, SuspendedRun {
-            snapshot,
-            yields,
-            info: info.clone(),
-            expires: Instant::now() + ttl,
-        }) {
+        match self.inner.store.insert(
+            resumed,
+            SuspendedRun {
+                snapshot,
+                yields,
+                info: info.clone(),
+                expires: Instant::now() + ttl,
+            },
+        ) {
             Ok(run_id) => CodeModeResult::Waiting {
                 run_id,
                 reason,
@@ -332,7 +368,12 @@ impl CodeModeRuntime {
     }
 }
 
-fn telemetry_for(language: Language, started: Instant, exec_count: u32, wait_count: u32) -> Telemetry {
+fn telemetry_for(
+    language: Language,
+    started: Instant,
+    exec_count: u32,
+    wait_count: u32,
+) -> Telemetry {
     Telemetry {
         language: language.as_str().into(),
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
@@ -346,9 +387,10 @@ fn host_failure(error: &SandboxError) -> CodeModeResult {
     let code = match error {
         SandboxError::Snapshot(SnapshotError::TooLarge { .. }) => ErrorCode::SnapshotLimitExceeded,
         SandboxError::Snapshot(_) => ErrorCode::SnapshotRestoreFailed,
-        SandboxError::PoolExhausted { .. } | SandboxError::Engine(_) | SandboxError::Abi(_) | SandboxError::Cache { .. } => {
-            ErrorCode::RuntimeUnavailable
-        }
+        SandboxError::PoolExhausted { .. }
+        | SandboxError::Engine(_)
+        | SandboxError::Abi(_)
+        | SandboxError::Cache { .. } => ErrorCode::RuntimeUnavailable,
         SandboxError::VmDead | SandboxError::UnknownRequest(_) => ErrorCode::InternalError,
     };
     CodeModeResult::failure(code, error.to_string(), Telemetry::default())
@@ -378,12 +420,18 @@ fn drive(mut vm: Vm, mut step: Step, mut ready: Vec<(u32, Settlement)>) -> Drive
             Step::Pending => {}
         }
         for request in vm.take_new_requests() {
-            let method = request.payload.get("method").and_then(Value::as_str).unwrap_or("");
+            let method = request
+                .payload
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             match method {
                 "yield" => yields.push(request.id),
                 other => ready.push((
                     request.id,
-                    Settlement::Reject(format!("unknown bridge method `{other}`: no tools are available in this run")),
+                    Settlement::Reject(format!(
+                        "unknown bridge method `{other}`: no tools are available in this run"
+                    )),
                 )),
             }
         }
@@ -407,7 +455,7 @@ fn drive(mut vm: Vm, mut step: Step, mut ready: Vec<(u32, Settlement)>) -> Drive
         }
         if outstanding.iter().all(|id| yields.contains(id)) {
             return Driven::Suspend {
-                vm,
+                vm: Box::new(vm),
                 reason: WaitReason::Yield,
                 yields,
                 output,
@@ -449,7 +497,11 @@ fn completed(vm: &Vm, value: Value, output: Vec<Output>) -> CodeModeResult {
     }
     let mut telemetry = vm_telemetry(vm, None);
     telemetry.output_bytes = (output_bytes + value_bytes) as u64;
-    CodeModeResult::Completed { value, output, telemetry }
+    CodeModeResult::Completed {
+        value,
+        output,
+        telemetry,
+    }
 }
 
 fn failed(vm: &Vm, failure: &Failure, output: Vec<Output>) -> CodeModeResult {
@@ -472,7 +524,10 @@ fn failed(vm: &Vm, failure: &Failure, output: Vec<Output>) -> CodeModeResult {
         _ => {}
     }
     let limit = match failure.kind {
-        FailureKind::Timeout | FailureKind::MemoryLimit | FailureKind::OutputLimit | FailureKind::TooManyRequests => code,
+        FailureKind::Timeout
+        | FailureKind::MemoryLimit
+        | FailureKind::OutputLimit
+        | FailureKind::TooManyRequests => code,
         _ => None,
     };
     let mut telemetry = vm_telemetry(vm, limit);

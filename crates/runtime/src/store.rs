@@ -38,7 +38,9 @@ impl StoreError {
             StoreError::Expired => format!(
                 "the run \"{run_id}\" waited longer than snapshotTtlSeconds and was discarded; start a new exec"
             ),
-            StoreError::Busy => format!("the run \"{run_id}\" is already being resumed by another wait call"),
+            StoreError::Busy => {
+                format!("the run \"{run_id}\" is already being resumed by another wait call")
+            }
             StoreError::Full { limit } => format!(
                 "too many suspended runs are held at once (limit {limit}); finish or abandon some before starting more"
             ),
@@ -47,7 +49,7 @@ impl StoreError {
 }
 
 enum Slot {
-    Waiting(SuspendedRun),
+    Waiting(Box<SuspendedRun>),
     /// Taken by a `wait` that is running now.
     Resuming,
     Expired,
@@ -68,7 +70,9 @@ impl RunStore {
 
     pub(crate) fn len(&self) -> usize {
         let runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
-        runs.values().filter(|s| !matches!(s, Slot::Expired)).count()
+        runs.values()
+            .filter(|s| !matches!(s, Slot::Expired))
+            .count()
     }
 
     /// Drops expired snapshots, remembering their ids so that a late `wait`
@@ -85,25 +89,34 @@ impl RunStore {
 
     /// Stores a suspended run under `run_id` (a run waiting again keeps its
     /// id) or a new id.
-    pub(crate) fn insert(&self, run_id: Option<&str>, run: SuspendedRun) -> Result<String, StoreError> {
+    pub(crate) fn insert(
+        &self,
+        run_id: Option<&str>,
+        run: SuspendedRun,
+    ) -> Result<String, StoreError> {
         let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
         RunStore::sweep(&mut runs, Instant::now());
         if let Some(id) = run_id
             && matches!(runs.get(id), Some(Slot::Resuming))
         {
-            runs.insert(id.to_owned(), Slot::Waiting(run));
+            runs.insert(id.to_owned(), Slot::Waiting(Box::new(run)));
             return Ok(id.to_owned());
         }
-        let live = runs.values().filter(|s| !matches!(s, Slot::Expired)).count();
+        let live = runs
+            .values()
+            .filter(|s| !matches!(s, Slot::Expired))
+            .count();
         if live >= self.max_runs {
-            return Err(StoreError::Full { limit: self.max_runs });
+            return Err(StoreError::Full {
+                limit: self.max_runs,
+            });
         }
         // Tombstones are bounded too.
         if runs.len() >= self.max_runs.saturating_mul(4) {
             runs.retain(|_, slot| !matches!(slot, Slot::Expired));
         }
         let id = format!("run_{:016x}{:016x}", random(), random());
-        runs.insert(id.clone(), Slot::Waiting(run));
+        runs.insert(id.clone(), Slot::Waiting(Box::new(run)));
         Ok(id)
     }
 
@@ -120,7 +133,7 @@ impl RunStore {
         RunStore::sweep(&mut runs, Instant::now());
         match runs.get(run_id) {
             Some(Slot::Waiting(_)) => match runs.insert(run_id.to_owned(), Slot::Resuming) {
-                Some(Slot::Waiting(run)) => Ok(run),
+                Some(Slot::Waiting(run)) => Ok(*run),
                 _ => Err(StoreError::Unknown),
             },
             Some(Slot::Resuming) => Err(StoreError::Busy),
@@ -133,6 +146,11 @@ impl RunStore {
 fn random() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     h.finish()
 }

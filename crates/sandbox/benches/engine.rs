@@ -1,6 +1,11 @@
 //! Engine benchmarks (issue: sandbox engine). Run with
 //! `cargo bench -p codemode-sandbox --bench engine`; figures go to BENCHMARKS.md.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, reason = "benchmark")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    reason = "benchmark"
+)]
 
 use std::time::{Duration, Instant};
 
@@ -24,7 +29,10 @@ fn cold_exec(c: &mut Criterion) {
     c.bench_function("loop_1e6_iterations", |b| {
         b.iter(|| {
             let (_vm, step) = sb
-                .start("let s = 0; for (let i = 0; i < 1e6; i++) { s = (s + i) | 0 } return s", &limits)
+                .start(
+                    "let s = 0; for (let i = 0; i < 1e6; i++) { s = (s + i) | 0 } return s",
+                    &limits,
+                )
                 .unwrap();
             assert!(matches!(step, Step::Completed(_)));
         })
@@ -91,7 +99,14 @@ fn snapshots(c: &mut Criterion) {
         })
     });
     c.bench_function("snapshot_to_bytes_and_back", |b| {
-        b.iter(|| Snapshot::from_bytes(&snapshot.to_bytes(), &sb.build_id(), limits.max_snapshot_bytes).unwrap())
+        b.iter(|| {
+            Snapshot::from_bytes(
+                &snapshot.to_bytes(),
+                &sb.build_id(),
+                limits.max_snapshot_bytes,
+            )
+            .unwrap()
+        })
     });
 }
 

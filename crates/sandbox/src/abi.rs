@@ -11,7 +11,6 @@ pub(crate) const ABI_VERSION: i32 = 1;
 pub(crate) const STATUS_COMPLETED: i32 = 0;
 pub(crate) const STATUS_FAILED: i32 = 1;
 pub(crate) const STATUS_PENDING: i32 = 2;
-pub(crate) const STATUS_ABI_ERROR: i32 = 3;
 pub(crate) const STATUS_OUT_OF_MEMORY: i32 = 4;
 
 pub(crate) const EMIT_JSON: i32 = 1;
@@ -46,7 +45,8 @@ pub(crate) fn validate_exports(module: &Module) -> Result<(), SandboxError> {
     for &(name, params, returns) in FUNCTIONS {
         match module.get_export(name) {
             Some(ExternType::Func(ty)) => {
-                let ok_params = ty.params().len() == params && ty.params().all(|p| matches!(p, ValType::I32));
+                let ok_params =
+                    ty.params().len() == params && ty.params().all(|p| matches!(p, ValType::I32));
                 let results: Vec<ValType> = ty.results().collect();
                 let ok_results = if returns {
                     results.len() == 1 && matches!(results[0], ValType::I32)
@@ -64,7 +64,10 @@ pub(crate) fn validate_exports(module: &Module) -> Result<(), SandboxError> {
     if !matches!(module.get_export("memory"), Some(ExternType::Memory(_))) {
         problems.push("export `memory` is missing".into());
     }
-    if !matches!(module.get_export(STACK_POINTER), Some(ExternType::Global(_))) {
+    if !matches!(
+        module.get_export(STACK_POINTER),
+        Some(ExternType::Global(_))
+    ) {
         problems.push(format!("global `{STACK_POINTER}` is not exported"));
     }
     if problems.is_empty() {

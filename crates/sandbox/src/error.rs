@@ -45,7 +45,9 @@ pub enum SandboxError {
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     /// The VM's state is larger than `maxSnapshotBytes` allows.
-    #[error("the suspended VM needs {size} bytes, more than maxSnapshotBytes ({limit}); keep less data alive across awaits")]
+    #[error(
+        "the suspended VM needs {size} bytes, more than maxSnapshotBytes ({limit}); keep less data alive across awaits"
+    )]
     TooLarge {
         /// Bytes the snapshot would need.
         size: usize,

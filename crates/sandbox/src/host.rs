@@ -112,7 +112,11 @@ impl HostState {
             max_outstanding_requests: 1024,
             max_request_bytes: 1 << 20,
             deterministic,
-            random_state: if deterministic { 0x5eed } else { crate::random_u64() },
+            random_state: if deterministic {
+                0x5eed
+            } else {
+                crate::random_u64()
+            },
         }
     }
 
@@ -170,8 +174,9 @@ fn request(mut caller: Caller<'_, HostState>, ptr: u32, len: u32) -> HostResult<
     let bytes = read_guest(&mut caller, ptr, len)?;
     // The prelude always sends JSON; anything else is forged and is kept as
     // a string so the runtime can refuse it with a clear message.
-    let payload = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let payload = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+        serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
+    });
     let state = caller.data_mut();
     let id = state.next_request_id;
     state.next_request_id = state.next_request_id.wrapping_add(1).max(1);
@@ -204,7 +209,12 @@ const WASI_OK: i32 = 0;
 const WASI_EBADF: i32 = 8;
 const WASI_EINVAL: i32 = 28;
 
-fn clock_time_get(mut caller: Caller<'_, HostState>, id: i32, _precision: i64, out: u32) -> HostResult<i32> {
+fn clock_time_get(
+    mut caller: Caller<'_, HostState>,
+    id: i32,
+    _precision: i64,
+    out: u32,
+) -> HostResult<i32> {
     let nanos: u64 = if caller.data().deterministic {
         0
     } else {
@@ -242,7 +252,13 @@ fn zero_sizes(mut caller: Caller<'_, HostState>, count: u32, size: u32) -> HostR
 /// `fd_write`: stdout and stderr are swallowed (the guest has no console;
 /// output goes through `text`/`json`), but reported as written so that C code
 /// does not loop retrying.
-fn fd_write(mut caller: Caller<'_, HostState>, fd: i32, iovs: u32, iovs_len: u32, written: u32) -> HostResult<i32> {
+fn fd_write(
+    mut caller: Caller<'_, HostState>,
+    fd: i32,
+    iovs: u32,
+    iovs_len: u32,
+    written: u32,
+) -> HostResult<i32> {
     if fd != 1 && fd != 2 {
         return Ok(WASI_EBADF);
     }
@@ -270,40 +286,84 @@ fn fd_write(mut caller: Caller<'_, HostState>, fd: i32, iovs: u32, iovs_len: u32
 /// Fails only if wasmtime rejects a definition (a bug in this file).
 pub(crate) fn define_imports(linker: &mut Linker<HostState>) -> Result<(), SandboxError> {
     let engine_err = |e: wasmtime::Error| SandboxError::Engine(format!("defining imports: {e}"));
-    linker.func_wrap("codemode", "request", request).map_err(engine_err)?;
-    linker.func_wrap("codemode", "emit", emit).map_err(engine_err)?;
+    linker
+        .func_wrap("codemode", "request", request)
+        .map_err(engine_err)?;
+    linker
+        .func_wrap("codemode", "emit", emit)
+        .map_err(engine_err)?;
 
     let wasi = "wasi_snapshot_preview1";
-    linker.func_wrap(wasi, "clock_time_get", clock_time_get).map_err(engine_err)?;
-    linker.func_wrap(wasi, "random_get", random_get).map_err(engine_err)?;
-    linker.func_wrap(wasi, "environ_sizes_get", zero_sizes).map_err(engine_err)?;
-    linker.func_wrap(wasi, "args_sizes_get", zero_sizes).map_err(engine_err)?;
     linker
-        .func_wrap(wasi, "environ_get", |_: Caller<'_, HostState>, _: u32, _: u32| Ok(WASI_OK))
+        .func_wrap(wasi, "clock_time_get", clock_time_get)
         .map_err(engine_err)?;
     linker
-        .func_wrap(wasi, "args_get", |_: Caller<'_, HostState>, _: u32, _: u32| Ok(WASI_OK))
-        .map_err(engine_err)?;
-    linker.func_wrap(wasi, "fd_write", fd_write).map_err(engine_err)?;
-    linker
-        .func_wrap(wasi, "fd_close", |_: Caller<'_, HostState>, _: i32| Ok(WASI_EBADF))
+        .func_wrap(wasi, "random_get", random_get)
         .map_err(engine_err)?;
     linker
-        .func_wrap(wasi, "fd_fdstat_get", |_: Caller<'_, HostState>, _: i32, _: u32| Ok(WASI_EBADF))
+        .func_wrap(wasi, "environ_sizes_get", zero_sizes)
         .map_err(engine_err)?;
     linker
-        .func_wrap(wasi, "fd_seek", |_: Caller<'_, HostState>, _: i32, _: i64, _: i32, _: u32| Ok(WASI_EBADF))
+        .func_wrap(wasi, "args_sizes_get", zero_sizes)
         .map_err(engine_err)?;
     linker
-        .func_wrap(wasi, "fd_prestat_get", |_: Caller<'_, HostState>, _: i32, _: u32| Ok(WASI_EBADF))
+        .func_wrap(
+            wasi,
+            "environ_get",
+            |_: Caller<'_, HostState>, _: u32, _: u32| Ok(WASI_OK),
+        )
         .map_err(engine_err)?;
     linker
-        .func_wrap(wasi, "fd_prestat_dir_name", |_: Caller<'_, HostState>, _: i32, _: u32, _: u32| Ok(WASI_EBADF))
+        .func_wrap(
+            wasi,
+            "args_get",
+            |_: Caller<'_, HostState>, _: u32, _: u32| Ok(WASI_OK),
+        )
         .map_err(engine_err)?;
     linker
-        .func_wrap(wasi, "proc_exit", |mut caller: Caller<'_, HostState>, _: i32| -> HostResult<()> {
-            Err(stop(&mut caller, Interrupt::ProcExit))
+        .func_wrap(wasi, "fd_write", fd_write)
+        .map_err(engine_err)?;
+    linker
+        .func_wrap(wasi, "fd_close", |_: Caller<'_, HostState>, _: i32| {
+            Ok(WASI_EBADF)
         })
+        .map_err(engine_err)?;
+    linker
+        .func_wrap(
+            wasi,
+            "fd_fdstat_get",
+            |_: Caller<'_, HostState>, _: i32, _: u32| Ok(WASI_EBADF),
+        )
+        .map_err(engine_err)?;
+    linker
+        .func_wrap(
+            wasi,
+            "fd_seek",
+            |_: Caller<'_, HostState>, _: i32, _: i64, _: i32, _: u32| Ok(WASI_EBADF),
+        )
+        .map_err(engine_err)?;
+    linker
+        .func_wrap(
+            wasi,
+            "fd_prestat_get",
+            |_: Caller<'_, HostState>, _: i32, _: u32| Ok(WASI_EBADF),
+        )
+        .map_err(engine_err)?;
+    linker
+        .func_wrap(
+            wasi,
+            "fd_prestat_dir_name",
+            |_: Caller<'_, HostState>, _: i32, _: u32, _: u32| Ok(WASI_EBADF),
+        )
+        .map_err(engine_err)?;
+    linker
+        .func_wrap(
+            wasi,
+            "proc_exit",
+            |mut caller: Caller<'_, HostState>, _: i32| -> HostResult<()> {
+                Err(stop(&mut caller, Interrupt::ProcExit))
+            },
+        )
         .map_err(engine_err)?;
     linker
         .func_wrap(wasi, "sched_yield", |_: Caller<'_, HostState>| Ok(WASI_OK))

@@ -86,8 +86,12 @@ pub(crate) fn load(
             let started = std::time::Instant::now();
             let baked = bake(engine, linker)?;
             let build_id: [u8; 32] = Sha256::digest(&baked).into();
-            let module = Module::new(engine, &baked).map_err(engine_error("compiling the base image"))?;
-            tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "built the sandbox base image");
+            let module =
+                Module::new(engine, &baked).map_err(engine_error("compiling the base image"))?;
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "built the sandbox base image"
+            );
             if let Some(dir) = cache_dir
                 && let Err(e) = store_cached(&module, dir, &key, &build_id)
             {
@@ -106,7 +110,11 @@ pub(crate) fn load(
     })
 }
 
-fn load_cached(engine: &Engine, dir: &Path, key: &str) -> Result<Option<(Module, [u8; 32])>, SandboxError> {
+fn load_cached(
+    engine: &Engine,
+    dir: &Path,
+    key: &str,
+) -> Result<Option<(Module, [u8; 32])>, SandboxError> {
     let artifact = dir.join(format!("base-{key}.cwasm"));
     let id_file = dir.join(format!("base-{key}.id"));
     if !artifact.exists() || !id_file.exists() {
@@ -116,8 +124,10 @@ fn load_cached(engine: &Engine, dir: &Path, key: &str) -> Result<Option<(Module,
         path: path.to_owned(),
         message,
     };
-    let id_hex = std::fs::read_to_string(&id_file).map_err(|e| cache_err(&id_file, e.to_string()))?;
-    let build_id = parse_hex32(id_hex.trim()).ok_or_else(|| cache_err(&id_file, "not a build id".into()))?;
+    let id_hex =
+        std::fs::read_to_string(&id_file).map_err(|e| cache_err(&id_file, e.to_string()))?;
+    let build_id =
+        parse_hex32(id_hex.trim()).ok_or_else(|| cache_err(&id_file, "not a build id".into()))?;
     // SAFETY: the artifact was written by `store_cached` into the user's own
     // cache folder; wasmtime also checks that it matches this engine's
     // version and configuration. A folder writable by others must not be
@@ -127,13 +137,20 @@ fn load_cached(engine: &Engine, dir: &Path, key: &str) -> Result<Option<(Module,
     Ok(Some((module, build_id)))
 }
 
-fn store_cached(module: &Module, dir: &Path, key: &str, build_id: &[u8; 32]) -> Result<(), SandboxError> {
+fn store_cached(
+    module: &Module,
+    dir: &Path,
+    key: &str,
+    build_id: &[u8; 32],
+) -> Result<(), SandboxError> {
     let cache_err = |message: String| SandboxError::Cache {
         path: dir.to_owned(),
         message,
     };
     std::fs::create_dir_all(dir).map_err(|e| cache_err(e.to_string()))?;
-    let bytes = module.serialize().map_err(|e| cache_err(format!("{e:#}")))?;
+    let bytes = module
+        .serialize()
+        .map_err(|e| cache_err(format!("{e:#}")))?;
     // Write-then-rename so concurrent processes never see half a file.
     let unique = format!("{}-{}", std::process::id(), crate::random_u64());
     for (name, data) in [
@@ -165,7 +182,11 @@ struct WizerState<'a> {
 
 impl InstanceState for WizerState<'_> {
     async fn global_get(&mut self, name: &str, _type_hint: ValType) -> SnapshotVal {
-        match self.instance.get_global(&mut *self.store, name).map(|g| g.get(&mut *self.store)) {
+        match self
+            .instance
+            .get_global(&mut *self.store, name)
+            .map(|g| g.get(&mut *self.store))
+        {
             Some(wasmtime::Val::I32(x)) => SnapshotVal::I32(x),
             Some(wasmtime::Val::I64(x)) => SnapshotVal::I64(x),
             Some(wasmtime::Val::F32(x)) => SnapshotVal::F32(x),
@@ -205,7 +226,8 @@ fn bake(engine: &Engine, linker: &Linker<HostState>) -> Result<Vec<u8>, SandboxE
         .ok_or_else(|| SandboxError::Abi("no memory export".into()))?;
     store.data_mut().memory = Some(memory);
     if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
-        init.call(&mut store, ()).map_err(engine_error("running _initialize"))?;
+        init.call(&mut store, ())
+            .map_err(engine_error("running _initialize"))?;
     }
     let version = instance
         .get_typed_func::<(), i32>(&mut store, "cm_abi_version")
@@ -224,11 +246,15 @@ fn bake(engine: &Engine, linker: &Linker<HostState>) -> Result<Vec<u8>, SandboxE
         .get_typed_func::<(u32, u32), i32>(&mut store, "cm_init")
         .map_err(engine_error("cm_init"))?;
     let len = PRELUDE.len() as u32;
-    let ptr = alloc.call(&mut store, len).map_err(engine_error("allocating the prelude"))?;
+    let ptr = alloc
+        .call(&mut store, len)
+        .map_err(engine_error("allocating the prelude"))?;
     memory
         .write(&mut store, ptr as usize, PRELUDE.as_bytes())
         .map_err(|e| SandboxError::Engine(format!("writing the prelude: {e}")))?;
-    let status = init.call(&mut store, (ptr, len)).map_err(engine_error("running cm_init"))?;
+    let status = init
+        .call(&mut store, (ptr, len))
+        .map_err(engine_error("running cm_init"))?;
     if status != abi::STATUS_COMPLETED {
         let message = crate::vm::read_out(&mut store, &instance).unwrap_or_default();
         return Err(SandboxError::Abi(format!(
@@ -239,16 +265,22 @@ fn bake(engine: &Engine, linker: &Linker<HostState>) -> Result<Vec<u8>, SandboxE
     let free = instance
         .get_typed_func::<(u32, u32), ()>(&mut store, "cm_free")
         .map_err(engine_error("cm_free"))?;
-    free.call(&mut store, (ptr, len)).map_err(engine_error("freeing the prelude"))?;
+    free.call(&mut store, (ptr, len))
+        .map_err(engine_error("freeing the prelude"))?;
     let mut state = WizerState {
         store: &mut store,
         instance,
     };
-    pollster::block_on(wizer.snapshot(&cx, &mut state)).map_err(engine_error("baking the base image"))
+    pollster::block_on(wizer.snapshot(&cx, &mut state))
+        .map_err(engine_error("baking the base image"))
 }
 
 /// Reads the memory of a fresh instance: what every snapshot is diffed against.
-fn pristine_memory(engine: &Engine, linker: &Linker<HostState>, module: &Module) -> Result<Vec<u8>, SandboxError> {
+fn pristine_memory(
+    engine: &Engine,
+    linker: &Linker<HostState>,
+    module: &Module,
+) -> Result<Vec<u8>, SandboxError> {
     let mut store = Store::new(engine, HostState::new(true));
     let instance = linker
         .instantiate(&mut store, module)
@@ -282,7 +314,9 @@ pub(crate) fn stack_is_first(wasm: &[u8]) -> bool {
             }
             Payload::ExportSection(reader) => {
                 for export in reader.into_iter().flatten() {
-                    if export.name == abi::STACK_POINTER && export.kind == wasmparser::ExternalKind::Global {
+                    if export.name == abi::STACK_POINTER
+                        && export.kind == wasmparser::ExternalKind::Global
+                    {
                         sp_index = Some(export.index as usize);
                     }
                 }
@@ -290,7 +324,8 @@ pub(crate) fn stack_is_first(wasm: &[u8]) -> bool {
             Payload::DataSection(reader) => {
                 for data in reader.into_iter().flatten() {
                     if let DataKind::Active { offset_expr, .. } = data.kind
-                        && let Ok(Operator::I32Const { value }) = offset_expr.get_operators_reader().read()
+                        && let Ok(Operator::I32Const { value }) =
+                            offset_expr.get_operators_reader().read()
                     {
                         min_data = min_data.min(i64::from(value as u32));
                     }

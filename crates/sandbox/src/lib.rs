@@ -131,16 +131,22 @@ impl Sandbox {
             .module
             .exports()
             .filter_map(|e| match e.ty() {
-                wasmtime::ExternType::Global(g) if g.mutability() == Mutability::Var => Some(e.name().to_owned()),
+                wasmtime::ExternType::Global(g) if g.mutability() == Mutability::Var => {
+                    Some(e.name().to_owned())
+                }
                 _ => None,
             })
             .collect();
         if !mutable_globals.iter().any(|g| g == abi::STACK_POINTER) {
-            return Err(SandboxError::Abi("the stack pointer is not an exported mutable global".into()));
+            return Err(SandboxError::Abi(
+                "the stack pointer is not an exported mutable global".into(),
+            ));
         }
-        let pre = linker
-            .instantiate_pre(&base.module)
-            .map_err(|e| SandboxError::Abi(format!("the guest needs imports this host does not provide: {e:#}")))?;
+        let pre = linker.instantiate_pre(&base.module).map_err(|e| {
+            SandboxError::Abi(format!(
+                "the guest needs imports this host does not provide: {e:#}"
+            ))
+        })?;
         let ticker = ticker::Ticker::start(engine.clone())
             .map_err(|e| SandboxError::Engine(format!("starting the epoch thread: {e}")))?;
         Ok(Sandbox {
@@ -196,7 +202,12 @@ fn build_engine(config: &SandboxConfig) -> Result<Engine, SandboxError> {
         .total_tables(config.max_live_vms)
         .total_core_instances(config.max_live_vms)
         .max_memory_size(config.max_memory_bytes)
-        .max_unused_warm_slots(config.max_live_vms.min(16));
+        .max_unused_warm_slots(config.max_live_vms.min(16))
+        // Reset reused slots by memset/pagemap instead of madvise: a fresh VM
+        // then starts without page faults on the memory it touches first.
+        .linear_memory_keep_resident(4 << 20)
+        .table_keep_resident(1 << 20)
+        .pagemap_scan(wasmtime::Enabled::Auto);
     let mut wasm = wasmtime::Config::new();
     wasm.epoch_interruption(true)
         .memory_init_cow(true)
@@ -212,7 +223,12 @@ pub(crate) fn random_u64() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     hasher.finish()
 }
 

@@ -56,7 +56,11 @@ impl std::fmt::Debug for Snapshot {
 impl Snapshot {
     /// Bytes this snapshot holds in memory (pages plus metadata).
     pub fn size_bytes(&self) -> usize {
-        self.page_data.len() + self.page_indices.len() * 4 + self.globals.len() * 16 + self.outstanding.len() * 4 + 64
+        self.page_data.len()
+            + self.page_indices.len() * 4
+            + self.globals.len() * 16
+            + self.outstanding.len() * 4
+            + 64
     }
 
     /// Ids of the host requests the suspended guest waits on.
@@ -110,13 +114,19 @@ impl Snapshot {
     /// [`SnapshotError::Incompatible`] for another build or format,
     /// [`SnapshotError::Corrupt`] for damaged bytes, [`SnapshotError::TooLarge`]
     /// when the snapshot exceeds `max_bytes`.
-    pub fn from_bytes(bytes: &[u8], expected_build_id: &[u8; 32], max_bytes: usize) -> Result<Snapshot, SnapshotError> {
+    pub fn from_bytes(
+        bytes: &[u8],
+        expected_build_id: &[u8; 32],
+        max_bytes: usize,
+    ) -> Result<Snapshot, SnapshotError> {
         if bytes.len() < HEADER_LEN || &bytes[..MAGIC.len()] != MAGIC {
             return Err(SnapshotError::Corrupt("not a codemode snapshot".into()));
         }
         let version = u16::from_le_bytes([bytes[6], bytes[7]]);
         if version != FORMAT_VERSION {
-            return Err(SnapshotError::Incompatible(format!("snapshot format {version}, expected {FORMAT_VERSION}")));
+            return Err(SnapshotError::Incompatible(format!(
+                "snapshot format {version}, expected {FORMAT_VERSION}"
+            )));
         }
         let mut build_id = [0u8; 32];
         build_id.copy_from_slice(&bytes[8..HEADER_LEN]);
@@ -127,21 +137,35 @@ impl Snapshot {
                 hex(&expected_build_id[..8])
             )));
         }
-        let body = zstd::bulk::decompress(&bytes[HEADER_LEN..], max_bytes.saturating_add(METADATA_SLACK))
-            .map_err(|e| SnapshotError::Corrupt(format!("decompressing: {e}")))?;
-        let mut r = Reader { bytes: &body, pos: 0 };
+        let body = zstd::bulk::decompress(
+            &bytes[HEADER_LEN..],
+            max_bytes.saturating_add(METADATA_SLACK),
+        )
+        .map_err(|e| SnapshotError::Corrupt(format!("decompressing: {e}")))?;
+        let mut r = Reader {
+            bytes: &body,
+            pos: 0,
+        };
         let memory_len = r.u64()?;
         let pages = r.u32()? as usize;
         let mut page_indices = Vec::with_capacity(pages.min(body.len() / 4));
         for _ in 0..pages {
             page_indices.push(r.u32()?);
         }
-        let page_data = r.take(pages.checked_mul(PAGE).ok_or_else(|| corrupt("page count"))?)?.to_vec();
+        let page_data = r
+            .take(
+                pages
+                    .checked_mul(PAGE)
+                    .ok_or_else(|| corrupt("page count"))?,
+            )?
+            .to_vec();
         let n_globals = r.u32()? as usize;
         let mut globals = Vec::new();
         for _ in 0..n_globals {
             let len = r.u32()? as usize;
-            let name = std::str::from_utf8(r.take(len)?).map_err(|_| corrupt("global name"))?.to_owned();
+            let name = std::str::from_utf8(r.take(len)?)
+                .map_err(|_| corrupt("global name"))?
+                .to_owned();
             globals.push((name, r.u64()?));
         }
         let next_request_id = r.u32()?;
@@ -176,7 +200,7 @@ impl Snapshot {
 
     /// Structural checks that make restoring safe to attempt.
     fn check_shape(&self) -> Result<(), SnapshotError> {
-        if self.memory_len % 65536 != 0 || self.memory_len > 4 << 30 {
+        if !self.memory_len.is_multiple_of(65536) || self.memory_len > 4 << 30 {
             return Err(corrupt("memory size"));
         }
         let max_page = (self.memory_len as usize) / PAGE;
@@ -214,7 +238,10 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
         let end = self.pos.checked_add(n).ok_or_else(|| corrupt("length"))?;
-        let slice = self.bytes.get(self.pos..end).ok_or_else(|| corrupt("length"))?;
+        let slice = self
+            .bytes
+            .get(self.pos..end)
+            .ok_or_else(|| corrupt("length"))?;
         self.pos = end;
         Ok(slice)
     }
@@ -270,7 +297,11 @@ impl Vm {
         let base = &self.inner.base.memory;
         // Between calls every stack frame has returned: the stack below the
         // stack pointer is dead and need not be kept.
-        let first_live = if self.inner.base.stack_first { stack_pointer / PAGE } else { 0 };
+        let first_live = if self.inner.base.stack_first {
+            stack_pointer / PAGE
+        } else {
+            0
+        };
         let limit = self.limits.max_snapshot_bytes;
         let mut page_indices = Vec::new();
         let mut page_data = Vec::new();
@@ -314,7 +345,11 @@ impl Vm {
     }
 
     /// Restores `snapshot` into a brand-new VM (see [`crate::Sandbox::restore`]).
-    pub(crate) fn restore(inner: &std::sync::Arc<Inner>, snapshot: &Snapshot, limits: &Limits) -> Result<Vm, SandboxError> {
+    pub(crate) fn restore(
+        inner: &std::sync::Arc<Inner>,
+        snapshot: &Snapshot,
+        limits: &Limits,
+    ) -> Result<Vm, SandboxError> {
         if snapshot.build_id != inner.base.build_id {
             return Err(SnapshotError::Incompatible(format!(
                 "build {}, this host runs {}",
@@ -328,17 +363,20 @@ impl Vm {
         let current = vm.memory.data_size(&vm.store) as u64;
         if snapshot.memory_len > current {
             let pages = (snapshot.memory_len - current) / 65536;
-            vm.memory.grow(&mut vm.store, pages).map_err(|_| SnapshotError::TooLarge {
-                size: snapshot.memory_len as usize,
-                limit: vm.store.data().limiter.max_bytes,
-            })?;
+            vm.memory
+                .grow(&mut vm.store, pages)
+                .map_err(|_| SnapshotError::TooLarge {
+                    size: snapshot.memory_len as usize,
+                    limit: vm.store.data().limiter.max_bytes,
+                })?;
         } else if snapshot.memory_len < current {
             return Err(corrupt("memory size (smaller than the base image)").into());
         }
         let memory = vm.memory.data_mut(&mut vm.store);
         for (k, &index) in snapshot.page_indices.iter().enumerate() {
             let start = index as usize * PAGE;
-            memory[start..start + PAGE].copy_from_slice(&snapshot.page_data[k * PAGE..(k + 1) * PAGE]);
+            memory[start..start + PAGE]
+                .copy_from_slice(&snapshot.page_data[k * PAGE..(k + 1) * PAGE]);
         }
         for (name, bits) in &snapshot.globals {
             let global = vm
@@ -351,7 +389,12 @@ impl Vm {
                 wasmtime::ValType::I64 => Val::I64(*bits as i64),
                 wasmtime::ValType::F32 => Val::F32(*bits as u32),
                 wasmtime::ValType::F64 => Val::F64(*bits),
-                _ => return Err(SnapshotError::Incompatible(format!("global {name} has an unsupported type")).into()),
+                _ => {
+                    return Err(SnapshotError::Incompatible(format!(
+                        "global {name} has an unsupported type"
+                    ))
+                    .into());
+                }
             };
             global
                 .set(&mut vm.store, value)
@@ -359,7 +402,11 @@ impl Vm {
         }
         let state = vm.store.data_mut();
         state.next_request_id = snapshot.next_request_id;
-        state.outstanding = snapshot.outstanding.iter().copied().collect::<BTreeSet<u32>>();
+        state.outstanding = snapshot
+            .outstanding
+            .iter()
+            .copied()
+            .collect::<BTreeSet<u32>>();
         state.random_state = snapshot.random_state;
         Ok(vm)
     }

@@ -37,12 +37,18 @@ impl Ticker {
 
     /// Marks a VM as running until the guard drops.
     pub(crate) fn running(&self) -> RunningGuard<'_> {
-        let mut n = self.shared.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut n = self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         *n += 1;
         if *n == 1 {
             self.shared.wake.notify_one();
         }
-        RunningGuard { shared: &self.shared }
+        RunningGuard {
+            shared: &self.shared,
+        }
     }
 }
 
@@ -59,7 +65,11 @@ pub(crate) struct RunningGuard<'a> {
 
 impl Drop for RunningGuard<'_> {
     fn drop(&mut self) {
-        let mut n = self.shared.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut n = self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         *n = n.saturating_sub(1);
     }
 }
@@ -67,7 +77,10 @@ impl Drop for RunningGuard<'_> {
 fn tick_loop(engine: &Engine, shared: &Shared) {
     loop {
         {
-            let mut n = shared.running.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut n = shared
+                .running
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             while *n == 0 && !shared.stop.load(Ordering::SeqCst) {
                 n = shared.wake.wait(n).unwrap_or_else(PoisonError::into_inner);
             }

@@ -117,11 +117,22 @@ impl std::fmt::Debug for Vm {
 
 /// Reads the guest's out buffer (`cm_out_ptr`, `cm_out_len`).
 pub(crate) fn read_out(store: &mut Store<HostState>, instance: &Instance) -> Option<Vec<u8>> {
-    let ptr = instance.get_typed_func::<(), u32>(&mut *store, "cm_out_ptr").ok()?.call(&mut *store, ()).ok()?;
-    let len = instance.get_typed_func::<(), u32>(&mut *store, "cm_out_len").ok()?.call(&mut *store, ()).ok()?;
+    let ptr = instance
+        .get_typed_func::<(), u32>(&mut *store, "cm_out_ptr")
+        .ok()?
+        .call(&mut *store, ())
+        .ok()?;
+    let len = instance
+        .get_typed_func::<(), u32>(&mut *store, "cm_out_len")
+        .ok()?
+        .call(&mut *store, ())
+        .ok()?;
     let memory = instance.get_memory(&mut *store, "memory")?;
     let start = ptr as usize;
-    memory.data(&*store).get(start..start.checked_add(len as usize)?).map(<[u8]>::to_vec)
+    memory
+        .data(&*store)
+        .get(start..start.checked_add(len as usize)?)
+        .map(<[u8]>::to_vec)
 }
 
 impl Vm {
@@ -151,7 +162,10 @@ impl Vm {
         });
         let instance = inner.pre.instantiate(&mut store).map_err(|e| {
             let text = format!("{e:#}");
-            if text.contains("pooling") || text.contains("maximum concurrent") || text.contains("limit of") {
+            if text.contains("pooling")
+                || text.contains("maximum concurrent")
+                || text.contains("limit of")
+            {
                 SandboxError::PoolExhausted {
                     limit: inner.config.max_live_vms,
                 }
@@ -165,10 +179,18 @@ impl Vm {
         store.data_mut().memory = Some(memory);
         let abi_err = |e: wasmtime::Error| SandboxError::Abi(format!("{e:#}"));
         let funcs = Funcs {
-            alloc: instance.get_typed_func(&mut store, "cm_alloc").map_err(abi_err)?,
-            free: instance.get_typed_func(&mut store, "cm_free").map_err(abi_err)?,
-            run: instance.get_typed_func(&mut store, "cm_run").map_err(abi_err)?,
-            settle: instance.get_typed_func(&mut store, "cm_settle").map_err(abi_err)?,
+            alloc: instance
+                .get_typed_func(&mut store, "cm_alloc")
+                .map_err(abi_err)?,
+            free: instance
+                .get_typed_func(&mut store, "cm_free")
+                .map_err(abi_err)?,
+            run: instance
+                .get_typed_func(&mut store, "cm_run")
+                .map_err(abi_err)?,
+            settle: instance
+                .get_typed_func(&mut store, "cm_settle")
+                .map_err(abi_err)?,
         };
         Ok(Vm {
             inner: Arc::clone(inner),
@@ -220,7 +242,8 @@ impl Vm {
 
     /// Copies `bytes` into a fresh guest buffer.
     fn write_buffer(&mut self, bytes: &[u8]) -> Result<(u32, u32), wasmtime::Error> {
-        let len = u32::try_from(bytes.len()).map_err(|_| wasmtime::Error::msg("buffer too large"))?;
+        let len =
+            u32::try_from(bytes.len()).map_err(|_| wasmtime::Error::msg("buffer too large"))?;
         let ptr = self.funcs.alloc.call(&mut self.store, len)?;
         self.memory
             .write(&mut self.store, ptr as usize, bytes)
@@ -235,10 +258,10 @@ impl Vm {
         let code = code.as_bytes().to_vec();
         self.enter(move |vm| {
             let (ptr, len) = vm.write_buffer(&code)?;
-            let status = vm
-                .funcs
-                .run
-                .call(&mut vm.store, (ptr, len, memory_limit, seed as u32, (seed >> 32) as u32))?;
+            let status = vm.funcs.run.call(
+                &mut vm.store,
+                (ptr, len, memory_limit, seed as u32, (seed >> 32) as u32),
+            )?;
             vm.funcs.free.call(&mut vm.store, (ptr, len))?;
             Ok(status)
         })
@@ -258,7 +281,9 @@ impl Vm {
         }
         let (ok, payload) = match settlement {
             Settlement::Resolve(value) => (1u32, value.to_string()),
-            Settlement::Reject(message) => (0u32, serde_json::json!({ "message": message }).to_string()),
+            Settlement::Reject(message) => {
+                (0u32, serde_json::json!({ "message": message }).to_string())
+            }
         };
         self.enter(move |vm| {
             let (ptr, len) = vm.write_buffer(payload.as_bytes())?;
@@ -316,12 +341,16 @@ impl Vm {
                 let out = read_out(&mut self.store, &self.instance).unwrap_or_default();
                 Step::Failed(self.exception(&out, true))
             }
-            abi::STATUS_ABI_ERROR | _ => {
+            // STATUS_ABI_ERROR or an unknown status: the guest broke the ABI.
+            _ => {
                 self.dead = true;
                 let out = read_out(&mut self.store, &self.instance).unwrap_or_default();
                 Step::Failed(Failure::host(
                     FailureKind::Crashed,
-                    format!("the sandbox guest broke its ABI: {}", String::from_utf8_lossy(&out)),
+                    format!(
+                        "the sandbox guest broke its ABI: {}",
+                        String::from_utf8_lossy(&out)
+                    ),
                 ))
             }
         }
@@ -344,7 +373,9 @@ impl Vm {
         let name = info.name.unwrap_or_else(|| "Error".into());
         let message = info.message.unwrap_or_default();
         let column = match (info.line, info.column) {
-            (Some(1), Some(c)) if c > abi::CELL_PREFIX_COLUMNS => Some(c - abi::CELL_PREFIX_COLUMNS),
+            (Some(1), Some(c)) if c > abi::CELL_PREFIX_COLUMNS => {
+                Some(c - abi::CELL_PREFIX_COLUMNS)
+            }
             (_, c) => c,
         };
         let out_of_memory = name == "InternalError" && message == "out of memory";
@@ -393,7 +424,10 @@ impl Vm {
             Some(Interrupt::RequestTooLarge) => {
                 return Failure::host(
                     FailureKind::RequestTooLarge,
-                    format!("a tool call input is larger than {} bytes", limits.max_request_bytes),
+                    format!(
+                        "a tool call input is larger than {} bytes",
+                        limits.max_request_bytes
+                    ),
                 );
             }
             Some(Interrupt::ProcExit) => {
@@ -416,11 +450,17 @@ impl Vm {
             ),
             Some(trap) => {
                 tracing::warn!(%trap, "sandbox guest trapped");
-                Failure::host(FailureKind::Crashed, format!("the sandbox VM crashed ({trap}); the cell cannot continue"))
+                Failure::host(
+                    FailureKind::Crashed,
+                    format!("the sandbox VM crashed ({trap}); the cell cannot continue"),
+                )
             }
             None => {
                 tracing::warn!(error = %format!("{error:#}"), "sandbox guest call failed");
-                Failure::host(FailureKind::Crashed, "the sandbox VM failed; the cell cannot continue")
+                Failure::host(
+                    FailureKind::Crashed,
+                    "the sandbox VM failed; the cell cannot continue",
+                )
             }
         }
     }

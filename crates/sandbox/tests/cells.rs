@@ -9,16 +9,24 @@ use serde_json::json;
 #[test]
 fn return_value_becomes_the_value_and_undefined_is_null() {
     assert_eq!(value("return 1 + 1"), json!(2));
-    assert_eq!(value("return { a: [1, 'x', true, null] }"), json!({"a": [1, "x", true, null]}));
+    assert_eq!(
+        value("return { a: [1, 'x', true, null] }"),
+        json!({"a": [1, "x", true, null]})
+    );
     assert_eq!(value("return undefined"), json!(null));
     assert_eq!(value("const x = 5;"), json!(null));
 }
 
 #[test]
 fn top_level_await_works() {
-    assert_eq!(value("const v = await Promise.resolve(41); return v + 1"), json!(42));
     assert_eq!(
-        value("async function f(x) { await null; return x * 2 } return await Promise.all([f(1), f(2)])"),
+        value("const v = await Promise.resolve(41); return v + 1"),
+        json!(42)
+    );
+    assert_eq!(
+        value(
+            "async function f(x) { await null; return x * 2 } return await Promise.all([f(1), f(2)])"
+        ),
         json!([2, 4])
     );
 }
@@ -41,10 +49,16 @@ fn text_and_json_append_output_in_call_order() {
 #[test]
 fn every_cell_has_its_own_scope() {
     for _ in 0..2 {
-        assert_eq!(value("let x = 1; const f = () => x; class C {}; return f()"), json!(1));
+        assert_eq!(
+            value("let x = 1; const f = () => x; class C {}; return f()"),
+            json!(1)
+        );
     }
     // Output helpers cannot be clobbered for later code in the same cell.
-    assert_eq!(value("try { text = null } catch (e) {} return typeof text"), json!("function"));
+    assert_eq!(
+        value("try { text = null } catch (e) {} return typeof text"),
+        json!("function")
+    );
 }
 
 #[test]
@@ -68,8 +82,13 @@ fn runtime_errors_report_name_message_and_line() {
     assert_eq!(f.name.as_deref(), Some("TypeError"));
     assert!(f.message.contains("'x'"), "{}", f.message);
     assert_eq!(f.line, Some(3));
-    let f = failure("class NotFound extends Error { constructor(m) { super(m); this.name = 'NotFound' } }\nthrow new NotFound('no such user')");
-    assert_eq!((f.name.as_deref(), f.message.as_str(), f.line), (Some("NotFound"), "no such user", Some(2)));
+    let f = failure(
+        "class NotFound extends Error { constructor(m) { super(m); this.name = 'NotFound' } }\nthrow new NotFound('no such user')",
+    );
+    assert_eq!(
+        (f.name.as_deref(), f.message.as_str(), f.line),
+        (Some("NotFound"), "no such user", Some(2))
+    );
     let f = failure("await Promise.reject(new RangeError('bad range'))");
     assert_eq!(f.name.as_deref(), Some("RangeError"));
 }
@@ -84,7 +103,13 @@ fn thrown_non_errors_are_described_plainly() {
 
 #[test]
 fn errors_never_mention_the_host() {
-    for code in ["null.x", "let x = ;", "throw new Error('e')", "function f(){ return f() } f()", "while(true){}"] {
+    for code in [
+        "null.x",
+        "let x = ;",
+        "throw new Error('e')",
+        "function f(){ return f() } f()",
+        "while(true){}",
+    ] {
         let mut l = limits();
         l.timeout = std::time::Duration::from_millis(200);
         let f = failure_with(code, &l);
@@ -97,5 +122,8 @@ fn errors_never_mention_the_host() {
 
 #[test]
 fn guest_errors_are_catchable_by_the_cell() {
-    assert_eq!(value("try { null.x } catch (e) { return e instanceof TypeError }"), json!(true));
+    assert_eq!(
+        value("try { null.x } catch (e) { return e instanceof TypeError }"),
+        json!(true)
+    );
 }

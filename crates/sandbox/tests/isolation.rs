@@ -9,8 +9,18 @@ use serde_json::json;
 #[test]
 fn host_facilities_are_absent() {
     assert_eq!(
-        value("return [typeof process, typeof Deno, typeof Bun, typeof std, typeof os, typeof WebAssembly, typeof XMLHttpRequest]"),
-        json!(["undefined", "undefined", "undefined", "undefined", "undefined", "undefined", "undefined"])
+        value(
+            "return [typeof process, typeof Deno, typeof Bun, typeof std, typeof os, typeof WebAssembly, typeof XMLHttpRequest]"
+        ),
+        json!([
+            "undefined",
+            "undefined",
+            "undefined",
+            "undefined",
+            "undefined",
+            "undefined",
+            "undefined"
+        ])
     );
 }
 
@@ -18,7 +28,11 @@ fn host_facilities_are_absent() {
 fn require_and_fetch_throw_clearly() {
     for call in ["require('fs')", "fetch('http://example.com')"] {
         let f = failure(call);
-        assert!(f.message.contains("not available in code mode"), "{call}: {}", f.message);
+        assert!(
+            f.message.contains("not available in code mode"),
+            "{call}: {}",
+            f.message
+        );
     }
 }
 
@@ -33,7 +47,12 @@ fn there_is_no_module_loader() {
 #[test]
 fn the_bridge_natives_are_unreachable() {
     let names = value("return Object.getOwnPropertyNames(globalThis)");
-    let names: Vec<&str> = names.as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    let names: Vec<&str> = names
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
     for forbidden in ["natives", "request", "emit", "__codemode_native"] {
         assert!(!names.contains(&forbidden), "global {forbidden} is visible");
     }
@@ -48,13 +67,25 @@ fn the_environment_is_empty() {
 
 #[test]
 fn clocks_and_randomness_work() {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as f64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64;
     let guest = value("return Date.now()").as_f64().unwrap();
-    assert!((guest - now).abs() < 60_000.0, "guest clock {guest} vs host {now}");
+    assert!(
+        (guest - now).abs() < 60_000.0,
+        "guest clock {guest} vs host {now}"
+    );
     let a = value("return [Math.random(), Math.random()]");
     let b = value("return [Math.random(), Math.random()]");
-    assert_ne!(a, b, "two VMs from one base image must not share a random sequence");
-    assert_eq!(value("const r = Math.random(); return r >= 0 && r < 1"), json!(true));
+    assert_ne!(
+        a, b,
+        "two VMs from one base image must not share a random sequence"
+    );
+    assert_eq!(
+        value("const r = Math.random(); return r >= 0 && r < 1"),
+        json!(true)
+    );
 }
 
 #[test]
@@ -79,7 +110,9 @@ fn the_ordinary_language_works() {
 fn set_timeout_free_async_work_is_fine() {
     assert_eq!(value("return typeof setTimeout"), json!("undefined"));
     assert_eq!(
-        value("let n = 0; await Promise.all([1, 2, 3].map(async (x) => { await null; n += x })); return n"),
+        value(
+            "let n = 0; await Promise.all([1, 2, 3].map(async (x) => { await null; n += x })); return n"
+        ),
         json!(6)
     );
 }

@@ -9,54 +9,98 @@ use serde_json::json;
 
 #[test]
 fn numbers_that_json_cannot_hold_become_null() {
-    assert_eq!(value("return [NaN, Infinity, -Infinity, 1.5, -0]"), json!([null, null, null, 1.5, 0]));
+    assert_eq!(
+        value("return [NaN, Infinity, -Infinity, 1.5, -0]"),
+        json!([null, null, null, 1.5, 0])
+    );
 }
 
 #[test]
 fn bigint_becomes_a_string() {
-    assert_eq!(value("return { big: 12345678901234567890n }"), json!({"big": "12345678901234567890"}));
+    assert_eq!(
+        value("return { big: 12345678901234567890n }"),
+        json!({"big": "12345678901234567890"})
+    );
 }
 
 #[test]
 fn dates_become_iso_strings() {
-    assert_eq!(value("return [new Date(0), new Date(NaN)]"), json!(["1970-01-01T00:00:00.000Z", null]));
+    assert_eq!(
+        value("return [new Date(0), new Date(NaN)]"),
+        json!(["1970-01-01T00:00:00.000Z", null])
+    );
 }
 
 #[test]
 fn maps_and_sets_become_plain_forms() {
-    assert_eq!(value("return new Map([['a', 1], [2, 'b']])"), json!({"a": 1, "2": "b"}));
-    assert_eq!(value("return new Map([[{ k: 1 }, 'v']])"), json!([[{"k": 1}, "v"]]));
+    assert_eq!(
+        value("return new Map([['a', 1], [2, 'b']])"),
+        json!({"a": 1, "2": "b"})
+    );
+    assert_eq!(
+        value("return new Map([[{ k: 1 }, 'v']])"),
+        json!([[{"k": 1}, "v"]])
+    );
     assert_eq!(value("return new Set([1, 'x', 1])"), json!([1, "x"]));
 }
 
 #[test]
 fn functions_and_symbols_are_dropped_or_nulled() {
-    assert_eq!(value("return { f() {}, s: Symbol('x'), u: undefined, k: 1 }"), json!({"k": 1}));
-    assert_eq!(value("return [() => 1, Symbol('y'), undefined]"), json!([null, null, null]));
+    assert_eq!(
+        value("return { f() {}, s: Symbol('x'), u: undefined, k: 1 }"),
+        json!({"k": 1})
+    );
+    assert_eq!(
+        value("return [() => 1, Symbol('y'), undefined]"),
+        json!([null, null, null])
+    );
     assert_eq!(value("return () => 1"), json!(null));
 }
 
 #[test]
 fn other_builtins_have_fixed_forms() {
     assert_eq!(value("return /a+b/gi"), json!("/a+b/gi"));
-    assert_eq!(value("return new Uint8Array([1, 2, 255])"), json!([1, 2, 255]));
-    assert_eq!(value("return new TypeError('bad')"), json!({"name": "TypeError", "message": "bad"}));
-    assert_eq!(value("return { toJSON() { return 'custom' } }"), json!("custom"));
-    assert_eq!(value("return Promise.resolve(1).then(() => ({ p: Promise.resolve(2) }))"), json!({"p": "[Promise: await it to get its value]"}));
+    assert_eq!(
+        value("return new Uint8Array([1, 2, 255])"),
+        json!([1, 2, 255])
+    );
+    assert_eq!(
+        value("return new TypeError('bad')"),
+        json!({"name": "TypeError", "message": "bad"})
+    );
+    assert_eq!(
+        value("return { toJSON() { return 'custom' } }"),
+        json!("custom")
+    );
+    assert_eq!(
+        value("return Promise.resolve(1).then(() => ({ p: Promise.resolve(2) }))"),
+        json!({"p": "[Promise: await it to get its value]"})
+    );
 }
 
 #[test]
 fn shared_references_are_fine_and_cycles_are_a_clear_error() {
-    assert_eq!(value("const s = { v: 1 }; return [s, s, { s }]"), json!([{"v": 1}, {"v": 1}, {"s": {"v": 1}}]));
+    assert_eq!(
+        value("const s = { v: 1 }; return [s, s, { s }]"),
+        json!([{"v": 1}, {"v": 1}, {"s": {"v": 1}}])
+    );
     let f = failure("const a = { b: {} }; a.b.back = a; return a");
     assert_eq!(f.kind, FailureKind::Exception);
-    assert!(f.message.contains("cyclic") && f.message.contains("value.b.back"), "{}", f.message);
+    assert!(
+        f.message.contains("cyclic") && f.message.contains("value.b.back"),
+        "{}",
+        f.message
+    );
 }
 
 #[test]
 fn throwing_getters_are_a_clear_error() {
     let f = failure("return { get secret() { throw new Error('denied') } }");
-    assert!(f.message.contains("value.secret") && f.message.contains("denied"), "{}", f.message);
+    assert!(
+        f.message.contains("value.secret") && f.message.contains("denied"),
+        "{}",
+        f.message
+    );
 }
 
 #[test]
@@ -67,8 +111,15 @@ fn very_deep_values_are_a_clear_error() {
 
 #[test]
 fn json_output_goes_through_the_same_adapter() {
-    let (_, output) = run("json({ n: NaN, b: 1n, d: new Date(0) }); const c = {}; c.c = c; try { json(c) } catch (e) { text(e.message) }");
-    assert_eq!(output[0], codemode_sandbox::OutputItem::Json(json!({"n": null, "b": "1", "d": "1970-01-01T00:00:00.000Z"})));
+    let (_, output) = run(
+        "json({ n: NaN, b: 1n, d: new Date(0) }); const c = {}; c.c = c; try { json(c) } catch (e) { text(e.message) }",
+    );
+    assert_eq!(
+        output[0],
+        codemode_sandbox::OutputItem::Json(
+            json!({"n": null, "b": "1", "d": "1970-01-01T00:00:00.000Z"})
+        )
+    );
     assert!(matches!(&output[1], codemode_sandbox::OutputItem::Text(t) if t.contains("cyclic")));
 }
 
@@ -81,7 +132,10 @@ fn host_values_enter_as_plain_data() {
     assert_eq!(step, Step::Pending);
     let id = vm.take_new_requests()[0].id;
     // yield_control resolves to undefined whatever the host sends.
-    assert_eq!(vm.settle(id, Settlement::Resolve(json!({"x": 1}))).unwrap(), Step::Completed(json!(null)));
+    assert_eq!(
+        vm.settle(id, Settlement::Resolve(json!({"x": 1}))).unwrap(),
+        Step::Completed(json!(null))
+    );
 }
 
 /// Host answers are decoded with `JSON.parse` inside the VM: a `__proto__`
@@ -89,7 +143,9 @@ fn host_values_enter_as_plain_data() {
 #[test]
 fn host_json_cannot_smuggle_prototypes() {
     assert_eq!(
-        value("const o = JSON.parse('{\"__proto__\": {\"polluted\": true}}'); return [Object.getPrototypeOf(o) === Object.prototype, ({}).polluted === undefined, Object.keys(o)]"),
+        value(
+            "const o = JSON.parse('{\"__proto__\": {\"polluted\": true}}'); return [Object.getPrototypeOf(o) === Object.prototype, ({}).polluted === undefined, Object.keys(o)]"
+        ),
         json!([true, true, ["__proto__"]])
     );
 }
@@ -103,7 +159,8 @@ fn rejected_host_requests_arrive_as_plain_errors() {
     );
     let id = vm.take_new_requests()[0].id;
     assert_eq!(
-        vm.settle(id, Settlement::Reject("tool said no".into())).unwrap(),
+        vm.settle(id, Settlement::Reject("tool said no".into()))
+            .unwrap(),
         Step::Completed(json!([true, "tool said no", true, "string"]))
     );
 }

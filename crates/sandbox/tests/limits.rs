@@ -18,13 +18,20 @@ fn with(f: impl FnOnce(&mut Limits)) -> Limits {
 #[test]
 fn an_infinite_loop_stops_at_the_deadline() {
     let l = with(|l| l.timeout = Duration::from_millis(300));
-    for code in ["while (true) {}", "for (;;) { try { while(true){} } catch (e) {} }", "async function f() { while(true) await null } await f()"] {
+    for code in [
+        "while (true) {}",
+        "for (;;) { try { while(true){} } catch (e) {} }",
+        "async function f() { while(true) await null } await f()",
+    ] {
         let started = Instant::now();
         let f = failure_with(code, &l);
         let elapsed = started.elapsed();
         assert_eq!(f.kind, FailureKind::Timeout, "{code}");
         assert!(f.message.contains("timeoutMs"), "{}", f.message);
-        assert!(elapsed >= Duration::from_millis(290) && elapsed < Duration::from_millis(1500), "{code}: {elapsed:?}");
+        assert!(
+            elapsed >= Duration::from_millis(290) && elapsed < Duration::from_millis(1500),
+            "{code}: {elapsed:?}"
+        );
     }
     assert_eq!(value("return 'next cell works'"), json!("next cell works"));
 }
@@ -39,12 +46,20 @@ fn a_memory_bomb_hits_the_memory_limit_and_host_memory_stays_bounded() {
         "let s = 'ab'; while (true) s = s + s + Math.random();",
     ] {
         let (mut vm, step) = sandbox().start(code, &l).unwrap();
-        let Step::Failed(f) = step else { panic!("{code}: {step:?}") };
+        let Step::Failed(f) = step else {
+            panic!("{code}: {step:?}")
+        };
         assert!(
-            f.kind == FailureKind::MemoryLimit || (f.name.as_deref() == Some("InternalError") && f.message.contains("string too long")),
+            f.kind == FailureKind::MemoryLimit
+                || (f.name.as_deref() == Some("InternalError")
+                    && f.message.contains("string too long")),
             "{code}: {f:?}"
         );
-        assert!(vm.memory_bytes() <= sandbox().base_memory_bytes() + (16 << 20) * 2, "{code}: {} bytes", vm.memory_bytes());
+        assert!(
+            vm.memory_bytes() <= sandbox().base_memory_bytes() + (16 << 20) * 2,
+            "{code}: {} bytes",
+            vm.memory_bytes()
+        );
         let _ = vm.take_output();
     }
     assert_eq!(value("return 'still fine'"), json!("still fine"));
@@ -62,27 +77,60 @@ fn a_caught_out_of_memory_error_is_the_cells_business() {
 
 #[test]
 fn deep_recursion_is_a_clear_stack_overflow() {
-    for code in ["function f() { return f() + 1 } return f()", "const g = (n) => [g(n + 1)]; g(0)", "let o = {}; o.toString = () => `${o}`; return `${o}`"] {
+    for code in [
+        "function f() { return f() + 1 } return f()",
+        "const g = (n) => [g(n + 1)]; g(0)",
+        "let o = {}; o.toString = () => `${o}`; return `${o}`",
+    ] {
         let f = failure(code);
         assert_eq!(f.kind, FailureKind::StackOverflow, "{code}: {f:?}");
         assert!(f.message.contains("call stack"), "{}", f.message);
     }
-    assert_eq!(value("function f(n) { return n === 0 ? 0 : 1 + f(n - 1) } return f(1000)"), json!(1000));
+    assert_eq!(
+        value("function f(n) { return n === 0 ? 0 : 1 + f(n - 1) } return f(1000)"),
+        json!(1000)
+    );
 }
 
 #[test]
 fn output_past_the_limit_fails_and_keeps_what_came_before() {
     let l = with(|l| l.max_output_bytes = 4096);
-    let (mut vm, step) = sandbox().start("for (let i = 0; ; i++) text('line ' + i + ' ' + 'x'.repeat(90))", &l).unwrap();
-    let Step::Failed(f) = step else { panic!("{step:?}") };
+    let (mut vm, step) = sandbox()
+        .start(
+            "for (let i = 0; ; i++) text('line ' + i + ' ' + 'x'.repeat(90))",
+            &l,
+        )
+        .unwrap();
+    let Step::Failed(f) = step else {
+        panic!("{step:?}")
+    };
     assert_eq!(f.kind, FailureKind::OutputLimit);
     let output = vm.take_output();
-    let bytes: usize = output.iter().map(|o| match o { OutputItem::Text(t) => t.len(), OutputItem::Json(v) => v.to_string().len() }).sum();
-    assert!(!output.is_empty() && bytes <= 4096, "{} items, {bytes} bytes", output.len());
-    assert_eq!(output[0], OutputItem::Text(format!("line 0 {}", "x".repeat(90))));
+    let bytes: usize = output
+        .iter()
+        .map(|o| match o {
+            OutputItem::Text(t) => t.len(),
+            OutputItem::Json(v) => v.to_string().len(),
+        })
+        .sum();
+    assert!(
+        !output.is_empty() && bytes <= 4096,
+        "{} items, {bytes} bytes",
+        output.len()
+    );
+    assert_eq!(
+        output[0],
+        OutputItem::Text(format!("line 0 {}", "x".repeat(90)))
+    );
     // The guest cannot catch the limit.
-    let (step, _) = run_with("try { for (;;) text('y'.repeat(1000)) } catch (e) { return 'caught' }", &l);
-    assert!(matches!(step, Step::Failed(ref f) if f.kind == FailureKind::OutputLimit), "{step:?}");
+    let (step, _) = run_with(
+        "try { for (;;) text('y'.repeat(1000)) } catch (e) { return 'caught' }",
+        &l,
+    );
+    assert!(
+        matches!(step, Step::Failed(ref f) if f.kind == FailureKind::OutputLimit),
+        "{step:?}"
+    );
 }
 
 #[test]
@@ -95,9 +143,17 @@ fn a_promise_nothing_settles_is_pending_with_no_work() {
 #[test]
 fn outstanding_requests_are_bounded() {
     let l = with(|l| l.max_outstanding_requests = 4);
-    let f = failure_with("await Promise.all(Array.from({ length: 10 }, () => yield_control()))", &l);
+    let f = failure_with(
+        "await Promise.all(Array.from({ length: 10 }, () => yield_control()))",
+        &l,
+    );
     assert_eq!(f.kind, FailureKind::TooManyRequests);
-    let (vm, step) = sandbox().start("await Promise.all(Array.from({ length: 4 }, () => yield_control()))", &l).unwrap();
+    let (vm, step) = sandbox()
+        .start(
+            "await Promise.all(Array.from({ length: 4 }, () => yield_control()))",
+            &l,
+        )
+        .unwrap();
     assert_eq!(step, Step::Pending);
     assert_eq!(vm.outstanding_requests().len(), 4);
 }
@@ -118,7 +174,14 @@ fn other_cells_run_at_normal_speed_beside_a_runaway_one() {
     for _ in 0..20 {
         assert_eq!(value("return 1"), json!(1));
     }
-    assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
-    assert!(!runaway.is_finished(), "the quick cells must not wait for the runaway one");
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        !runaway.is_finished(),
+        "the quick cells must not wait for the runaway one"
+    );
     assert_eq!(runaway.join().unwrap(), FailureKind::Timeout);
 }

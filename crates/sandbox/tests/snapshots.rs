@@ -35,7 +35,10 @@ fn suspend_drop_restore_resolve_gives_the_right_value() {
 
     // First restore: settle `b` only, suspend again.
     let mut vm = sandbox().restore(&snapshot, &limits()).unwrap();
-    assert_eq!(vm.settle(ids[1], Settlement::Resolve(json!(null))).unwrap(), Step::Pending);
+    assert_eq!(
+        vm.settle(ids[1], Settlement::Resolve(json!(null))).unwrap(),
+        Step::Pending
+    );
     let snapshot = through_bytes(&vm.suspend().unwrap());
     assert_eq!(snapshot.outstanding_requests(), &ids[..1]);
 
@@ -43,7 +46,9 @@ fn suspend_drop_restore_resolve_gives_the_right_value() {
     let mut vm = sandbox().restore(&snapshot, &limits()).unwrap();
     assert_eq!(
         vm.settle(ids[0], Settlement::Resolve(json!(null))).unwrap(),
-        Step::Completed(json!({"a": "A", "b": "B", "counter": 3, "seen": {"then": 1, "b": 2, "a": 3}}))
+        Step::Completed(
+            json!({"a": "A", "b": "B", "counter": 3, "seen": {"then": 1, "b": 2, "a": 3}})
+        )
     );
 }
 
@@ -54,7 +59,10 @@ fn one_snapshot_restores_into_independent_vms() {
     let snapshot = vm.suspend().unwrap();
     for _ in 0..3 {
         let mut vm = sandbox().restore(&snapshot, &limits()).unwrap();
-        assert_eq!(vm.settle(id, Settlement::Resolve(json!(null))).unwrap(), Step::Completed(json!(11)));
+        assert_eq!(
+            vm.settle(id, Settlement::Resolve(json!(null))).unwrap(),
+            Step::Completed(json!(11))
+        );
     }
 }
 
@@ -63,31 +71,56 @@ fn output_after_restore_belongs_to_the_resumed_burst() {
     let (mut vm, _) = start("text('before'); await yield_control(); text('after'); return 1");
     assert_eq!(vm.take_output().len(), 1);
     let id = vm.take_new_requests()[0].id;
-    let mut vm = sandbox().restore(&vm.suspend().unwrap(), &limits()).unwrap();
-    assert_eq!(vm.settle(id, Settlement::Resolve(json!(null))).unwrap(), Step::Completed(json!(1)));
-    assert_eq!(vm.take_output(), vec![codemode_sandbox::OutputItem::Text("after".into())]);
+    let mut vm = sandbox()
+        .restore(&vm.suspend().unwrap(), &limits())
+        .unwrap();
+    assert_eq!(
+        vm.settle(id, Settlement::Resolve(json!(null))).unwrap(),
+        Step::Completed(json!(1))
+    );
+    assert_eq!(
+        vm.take_output(),
+        vec![codemode_sandbox::OutputItem::Text("after".into())]
+    );
 }
 
 #[test]
 fn snapshots_store_only_what_changed() {
-    let (mut vm, _) = start("await yield_control(); return 1");
+    let (vm, _) = start("await yield_control(); return 1");
     let snapshot = vm.suspend().unwrap();
-    assert!(snapshot.size_bytes() < 256 * 1024, "{} bytes", snapshot.size_bytes());
-    assert!(snapshot.to_bytes().len() < 64 * 1024, "{} bytes persisted", snapshot.to_bytes().len());
-    let _ = vm_after_settle_unknown();
+    assert!(
+        snapshot.size_bytes() < 256 * 1024,
+        "{} bytes",
+        snapshot.size_bytes()
+    );
+    assert!(
+        snapshot.to_bytes().len() < 64 * 1024,
+        "{} bytes persisted",
+        snapshot.to_bytes().len()
+    );
 }
 
-fn vm_after_settle_unknown() {
+#[test]
+fn settling_a_request_the_vm_does_not_wait_on_is_refused() {
     let (mut vm, _) = start("await yield_control(); return 1");
-    assert!(matches!(vm.settle(999, Settlement::Resolve(json!(null))), Err(SandboxError::UnknownRequest(999))));
+    assert!(matches!(
+        vm.settle(999, Settlement::Resolve(json!(null))),
+        Err(SandboxError::UnknownRequest(999))
+    ));
 }
 
 #[test]
 fn snapshots_past_the_limit_are_refused() {
-    let small = Limits { max_snapshot_bytes: 64 * 1024, ..limits() };
+    let small = Limits {
+        max_snapshot_bytes: 64 * 1024,
+        ..limits()
+    };
     let (vm, step) = sandbox().start("const keep = 'z'.repeat(1 << 20) + Math.random(); await yield_control(); return keep.length", &small).unwrap();
     assert_eq!(step, Step::Pending);
-    assert!(matches!(vm.suspend(), Err(SandboxError::Snapshot(SnapshotError::TooLarge { .. }))));
+    assert!(matches!(
+        vm.suspend(),
+        Err(SandboxError::Snapshot(SnapshotError::TooLarge { .. }))
+    ));
 }
 
 #[test]
@@ -95,13 +128,28 @@ fn snapshots_of_another_build_or_damaged_bytes_are_refused() {
     let (vm, _) = start("await yield_control(); return 1");
     let bytes = vm.suspend().unwrap().to_bytes();
     let other_build = [7u8; 32];
-    assert!(matches!(Snapshot::from_bytes(&bytes, &other_build, 1 << 30), Err(SnapshotError::Incompatible(_))));
+    assert!(matches!(
+        Snapshot::from_bytes(&bytes, &other_build, 1 << 30),
+        Err(SnapshotError::Incompatible(_))
+    ));
     let mut other_version = bytes.clone();
     other_version[6] = 99;
-    assert!(matches!(Snapshot::from_bytes(&other_version, &sandbox().build_id(), 1 << 30), Err(SnapshotError::Incompatible(_))));
-    assert!(matches!(Snapshot::from_bytes(&bytes[..bytes.len() / 2], &sandbox().build_id(), 1 << 30), Err(SnapshotError::Corrupt(_))));
-    assert!(matches!(Snapshot::from_bytes(b"hello", &sandbox().build_id(), 1 << 30), Err(SnapshotError::Corrupt(_))));
-    assert!(matches!(Snapshot::from_bytes(&bytes, &sandbox().build_id(), 1024), Err(SnapshotError::Corrupt(_) | SnapshotError::TooLarge { .. })));
+    assert!(matches!(
+        Snapshot::from_bytes(&other_version, &sandbox().build_id(), 1 << 30),
+        Err(SnapshotError::Incompatible(_))
+    ));
+    assert!(matches!(
+        Snapshot::from_bytes(&bytes[..bytes.len() / 2], &sandbox().build_id(), 1 << 30),
+        Err(SnapshotError::Corrupt(_))
+    ));
+    assert!(matches!(
+        Snapshot::from_bytes(b"hello", &sandbox().build_id(), 1 << 30),
+        Err(SnapshotError::Corrupt(_))
+    ));
+    assert!(matches!(
+        Snapshot::from_bytes(&bytes, &sandbox().build_id(), 1024),
+        Err(SnapshotError::Corrupt(_) | SnapshotError::TooLarge { .. })
+    ));
 }
 
 proptest! {
