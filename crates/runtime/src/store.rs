@@ -115,7 +115,11 @@ impl RunStore {
         if runs.len() >= self.max_runs.saturating_mul(4) {
             runs.retain(|_, slot| !matches!(slot, Slot::Expired));
         }
-        let id = format!("run_{:016x}{:016x}", random(), random());
+        let id = format!(
+            "run_{:016x}{:016x}",
+            codemode_sandbox::random_u64(),
+            codemode_sandbox::random_u64()
+        );
         runs.insert(id.clone(), Slot::Waiting(Box::new(run)));
         Ok(id)
     }
@@ -141,16 +145,4 @@ impl RunStore {
             None => Err(StoreError::Unknown),
         }
     }
-}
-
-fn random() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }

@@ -218,8 +218,10 @@ fn build_engine(config: &SandboxConfig) -> Result<Engine, SandboxError> {
     Engine::new(&wasm).map_err(|e| SandboxError::Engine(format!("{e:#}")))
 }
 
-/// A non-cryptographic random `u64` (seeds `Math.random` and `random_get`).
-pub(crate) fn random_u64() -> u64 {
+/// A random `u64` from the standard library's randomly keyed SipHash (keys
+/// from the OS), mixed with a counter and the clock. Seeds `Math.random` and
+/// `random_get`, and names runs; not meant for cryptographic keys.
+pub fn random_u64() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
