@@ -234,12 +234,24 @@ fn clock_time_get(
 }
 
 fn random_get(mut caller: Caller<'_, HostState>, buf: u32, len: u32) -> HostResult<i32> {
-    let mut bytes = vec![0u8; len.min(1 << 16) as usize];
-    for chunk in bytes.chunks_mut(8) {
-        let r = caller.data_mut().next_random().to_le_bytes();
-        chunk.copy_from_slice(&r[..chunk.len()]);
+    // Filled in bounded pieces so a forged huge length cannot make the host
+    // allocate more than 64 KiB at a time.
+    let mut done = 0u32;
+    while done < len {
+        let piece = (len - done).min(1 << 16);
+        let mut bytes = vec![0u8; piece as usize];
+        for chunk in bytes.chunks_mut(8) {
+            let r = caller.data_mut().next_random().to_le_bytes();
+            chunk.copy_from_slice(&r[..chunk.len()]);
+        }
+        write_guest(
+            &mut caller,
+            buf.checked_add(done)
+                .ok_or_else(|| wasmtime::Error::msg("guest buffer overflows"))?,
+            &bytes,
+        )?;
+        done += piece;
     }
-    write_guest(&mut caller, buf, &bytes)?;
     Ok(WASI_OK)
 }
 
