@@ -20,11 +20,27 @@
 //! # Ok(()) }
 //! ```
 
+mod calls;
+mod catalog;
 mod config;
+mod drive;
 mod input;
 mod result;
 mod runtime;
+mod session;
 mod store;
+mod surface;
+mod trajectory;
+
+pub use catalog::{
+    CONTROL_TOOL_NAMES, Catalog, CatalogEntry, CatalogError, Excluded, ToolDefinition, ToolPolicy,
+    ToolSource,
+};
+pub use session::{
+    CodeModeSession, NestedCall, RunContext, ToolCallError, ToolExecutor, ToolFuture,
+};
+pub use surface::{ModelTool, SurfaceError, check_model_tools, model_tools};
+pub use trajectory::{Trajectory, TrajectoryEvent};
 
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use input::{ExecInput, InputError, WaitInput};

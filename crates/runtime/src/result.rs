@@ -33,6 +33,11 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Parses a wire name.
+    pub fn from_wire(text: &str) -> Option<ErrorCode> {
+        serde_json::from_value(Value::String(text.to_owned())).ok()
+    }
+
     /// The wire name, e.g. `memory_limit_exceeded`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -142,6 +147,35 @@ pub struct Telemetry {
     /// Snapshot lifecycle events of this call.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub snapshot_events: Vec<SnapshotEvent>,
+    /// The tool names the model sees (`exec`, `wait`).
+    #[serde(default)]
+    pub visible_tools: Vec<String>,
+    /// Entries in the run's hidden catalog (MCP included).
+    #[serde(default)]
+    pub catalog_size: u32,
+    /// Catalog entries by source.
+    #[serde(default)]
+    pub catalog_by_source: std::collections::BTreeMap<String, u32>,
+    /// `tools.search` requests of this run so far.
+    #[serde(default)]
+    pub nested_search_count: u32,
+    /// `tools.describe` requests of this run so far.
+    #[serde(default)]
+    pub nested_describe_count: u32,
+    /// Nested tool calls of this run so far.
+    #[serde(default)]
+    pub nested_call_count: u32,
+    /// Catalog ids called so far, in first-call order.
+    #[serde(default)]
+    pub nested_tool_ids: Vec<String>,
+    /// Nested calls cancelled (abort, failure, or still running when the
+    /// run ended).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cancelled_tool_calls: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The result of `exec` or `wait`.

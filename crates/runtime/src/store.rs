@@ -1,8 +1,10 @@
-//! The run store: suspended runs held in process memory, bounded in count
-//! and by TTL (bytes per run are bounded by the sandbox's snapshot limit).
+//! The run store: suspended runs held in process memory, bounded in count,
+//! by TTL, and (through the sandbox's snapshot limit) in bytes per run.
 //!
 //! A run is *taken* out of the store while it is resumed, so two concurrent
 //! `wait`s on one run cannot both restore it: the second sees it as busy.
+//! Every run is bound to the scope (agent, session, agent run) that made
+//! it. Dropping a stored run cancels its in-flight nested calls.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -10,14 +12,13 @@ use std::time::Instant;
 
 use codemode_sandbox::Snapshot;
 
-use crate::runtime::RunInfo;
+use crate::drive::RunState;
+use crate::session::Scope;
 
 /// A run waiting for `wait`.
 pub(crate) struct SuspendedRun {
     pub(crate) snapshot: Snapshot,
-    /// Request ids of `yield_control` calls, resolved on resume.
-    pub(crate) yields: Vec<u32>,
-    pub(crate) info: RunInfo,
+    pub(crate) state: RunState,
     pub(crate) expires: Instant,
 }
 
@@ -26,6 +27,8 @@ pub(crate) enum StoreError {
     Unknown,
     Expired,
     Busy,
+    Aborted,
+    OtherScope,
     Full { limit: usize },
 }
 
@@ -41,6 +44,12 @@ impl StoreError {
             StoreError::Busy => {
                 format!("the run \"{run_id}\" is already being resumed by another wait call")
             }
+            StoreError::Aborted => format!(
+                "the run \"{run_id}\" was aborted (its run or session was cancelled); its nested calls were cancelled and it cannot be resumed"
+            ),
+            StoreError::OtherScope => format!(
+                "the run \"{run_id}\" belongs to another agent, session or agent run; wait can only resume runs started in this run"
+            ),
             StoreError::Full { limit } => format!(
                 "too many suspended runs are held at once (limit {limit}); finish or abandon some before starting more"
             ),
@@ -51,8 +60,18 @@ impl StoreError {
 enum Slot {
     Waiting(Box<SuspendedRun>),
     /// Taken by a `wait` that is running now.
-    Resuming,
+    Resuming {
+        scope: Scope,
+        abort: bool,
+    },
     Expired,
+    Aborted,
+}
+
+impl Slot {
+    fn is_live(&self) -> bool {
+        matches!(self, Slot::Waiting(_) | Slot::Resuming { .. })
+    }
 }
 
 pub(crate) struct RunStore {
@@ -68,20 +87,36 @@ impl RunStore {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        let runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
-        runs.values()
-            .filter(|s| !matches!(s, Slot::Expired))
-            .count()
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Drops expired snapshots, remembering their ids so that a late `wait`
-    /// says "expired" rather than "unknown".
+    /// Live runs (waiting or being resumed).
+    pub(crate) fn len(&self) -> usize {
+        let mut runs = self.lock();
+        RunStore::sweep(&mut runs, Instant::now());
+        runs.values().filter(|s| s.is_live()).count()
+    }
+
+    /// Snapshot bytes held in memory by waiting runs.
+    pub(crate) fn bytes_held(&self) -> usize {
+        self.lock()
+            .values()
+            .map(|s| match s {
+                Slot::Waiting(run) => run.snapshot.size_bytes(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Drops expired snapshots (cancelling their calls), remembering their
+    /// ids so that a late `wait` says "expired" rather than "unknown".
     fn sweep(runs: &mut HashMap<String, Slot>, now: Instant) {
         for slot in runs.values_mut() {
             if let Slot::Waiting(run) = slot
                 && run.expires <= now
             {
+                tracing::debug!("suspended run expired");
                 *slot = Slot::Expired;
             }
         }
@@ -89,23 +124,31 @@ impl RunStore {
 
     /// Stores a suspended run under `run_id` (a run waiting again keeps its
     /// id) or a new id.
+    ///
+    /// # Errors
+    /// `Full` when the process holds the maximum; `Aborted` when the run
+    /// was aborted while it was being resumed.
     pub(crate) fn insert(
         &self,
         run_id: Option<&str>,
         run: SuspendedRun,
     ) -> Result<String, StoreError> {
-        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut runs = self.lock();
         RunStore::sweep(&mut runs, Instant::now());
-        if let Some(id) = run_id
-            && matches!(runs.get(id), Some(Slot::Resuming))
-        {
-            runs.insert(id.to_owned(), Slot::Waiting(Box::new(run)));
-            return Ok(id.to_owned());
+        if let Some(id) = run_id {
+            match runs.get(id) {
+                Some(Slot::Resuming { abort: false, .. }) => {
+                    runs.insert(id.to_owned(), Slot::Waiting(Box::new(run)));
+                    return Ok(id.to_owned());
+                }
+                Some(Slot::Resuming { abort: true, .. }) => {
+                    runs.insert(id.to_owned(), Slot::Aborted);
+                    return Err(StoreError::Aborted);
+                }
+                _ => {}
+            }
         }
-        let live = runs
-            .values()
-            .filter(|s| !matches!(s, Slot::Expired))
-            .count();
+        let live = runs.values().filter(|s| s.is_live()).count();
         if live >= self.max_runs {
             return Err(StoreError::Full {
                 limit: self.max_runs,
@@ -113,7 +156,7 @@ impl RunStore {
         }
         // Tombstones are bounded too.
         if runs.len() >= self.max_runs.saturating_mul(4) {
-            runs.retain(|_, slot| !matches!(slot, Slot::Expired));
+            runs.retain(|_, slot| slot.is_live());
         }
         let id = format!(
             "run_{:016x}{:016x}",
@@ -126,23 +169,98 @@ impl RunStore {
 
     /// Forgets a run that was taken for resuming and did not wait again.
     pub(crate) fn finish(&self, run_id: &str) {
-        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
-        if matches!(runs.get(run_id), Some(Slot::Resuming)) {
-            runs.remove(run_id);
+        let mut runs = self.lock();
+        match runs.get(run_id) {
+            Some(Slot::Resuming { abort: false, .. }) => {
+                runs.remove(run_id);
+            }
+            Some(Slot::Resuming { abort: true, .. }) => {
+                runs.insert(run_id.to_owned(), Slot::Aborted);
+            }
+            _ => {}
         }
     }
 
-    pub(crate) fn take(&self, run_id: &str) -> Result<SuspendedRun, StoreError> {
-        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Takes a waiting run out for resuming, if `scope` may resume it.
+    pub(crate) fn take(&self, run_id: &str, scope: &Scope) -> Result<SuspendedRun, StoreError> {
+        let mut runs = self.lock();
         RunStore::sweep(&mut runs, Instant::now());
         match runs.get(run_id) {
-            Some(Slot::Waiting(_)) => match runs.insert(run_id.to_owned(), Slot::Resuming) {
-                Some(Slot::Waiting(run)) => Ok(*run),
-                _ => Err(StoreError::Unknown),
-            },
-            Some(Slot::Resuming) => Err(StoreError::Busy),
+            Some(Slot::Waiting(run)) if run.state.scope != *scope => Err(StoreError::OtherScope),
+            Some(Slot::Waiting(_)) => {
+                let taken = runs.insert(
+                    run_id.to_owned(),
+                    Slot::Resuming {
+                        scope: scope.clone(),
+                        abort: false,
+                    },
+                );
+                match taken {
+                    Some(Slot::Waiting(run)) => Ok(*run),
+                    _ => Err(StoreError::Unknown),
+                }
+            }
+            Some(Slot::Resuming { scope: s, .. }) if s != scope => Err(StoreError::OtherScope),
+            Some(Slot::Resuming { .. }) => Err(StoreError::Busy),
             Some(Slot::Expired) => Err(StoreError::Expired),
+            Some(Slot::Aborted) => Err(StoreError::Aborted),
             None => Err(StoreError::Unknown),
         }
+    }
+
+    /// Aborts one run of `scope`; true when it was waiting or resuming.
+    pub(crate) fn abort_run(&self, run_id: &str, scope: &Scope) -> bool {
+        let mut runs = self.lock();
+        match runs.get_mut(run_id) {
+            Some(Slot::Waiting(run)) if run.state.scope == *scope => {
+                runs.insert(run_id.to_owned(), Slot::Aborted);
+                true
+            }
+            Some(Slot::Resuming { scope: s, abort }) if s == scope => {
+                *abort = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Aborts every run of `scope`, leaving `aborted` tombstones.
+    pub(crate) fn abort_scope(&self, scope: &Scope) {
+        let mut runs = self.lock();
+        for slot in runs.values_mut() {
+            match slot {
+                Slot::Waiting(run) if run.state.scope == *scope => *slot = Slot::Aborted,
+                Slot::Resuming { scope: s, abort } if s == scope => *abort = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// Aborts every run of every scope in `session` (id or key).
+    pub(crate) fn abort_session(&self, session: &str) {
+        let mut runs = self.lock();
+        for slot in runs.values_mut() {
+            match slot {
+                Slot::Waiting(run) if run.state.scope.in_session(session) => *slot = Slot::Aborted,
+                Slot::Resuming { scope, abort } if scope.in_session(session) => *abort = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// The agent run ended: its waiting runs are dropped without a trace.
+    pub(crate) fn discard_scope(&self, scope: &Scope) {
+        let mut runs = self.lock();
+        runs.retain(|_, slot| match slot {
+            Slot::Waiting(run) => run.state.scope != *scope,
+            _ => true,
+        });
+    }
+
+    /// Drops everything (shutdown).
+    pub(crate) fn clear(&self) {
+        let drained: Vec<Slot> = self.lock().drain().map(|(_, s)| s).collect();
+        // Dropped outside the lock: cancelling calls takes other locks.
+        drop(drained);
     }
 }

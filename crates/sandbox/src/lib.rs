@@ -67,6 +67,9 @@ pub use limits::Limits;
 pub use snapshot::Snapshot;
 pub use vm::{Failure, FailureKind, Settlement, Step, Vm};
 
+/// The run context of a cell started without tools.
+pub const EMPTY_CONTEXT: &str = r#"{"tools":[],"conveniences":[]}"#;
+
 /// Process-wide settings of a [`Sandbox`].
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
@@ -180,8 +183,24 @@ impl Sandbox {
     /// Host-side problems only ([`SandboxError::PoolExhausted`], ...); guest
     /// failures are [`Step::Failed`].
     pub fn start(&self, code: &str, limits: &Limits) -> Result<(Vm, Step), SandboxError> {
+        self.start_with_context(code, EMPTY_CONTEXT, limits)
+    }
+
+    /// Like [`Sandbox::start`], with the run's guest globals: `context` is
+    /// JSON text `{"tools": [...entries], "conveniences": [[name, id], ...]}`
+    /// that becomes `ALL_TOOLS` and the `tools.<name>` functions. It must be
+    /// produced by the host (it is parsed inside the VM as trusted JSON).
+    ///
+    /// # Errors
+    /// As [`Sandbox::start`].
+    pub fn start_with_context(
+        &self,
+        code: &str,
+        context: &str,
+        limits: &Limits,
+    ) -> Result<(Vm, Step), SandboxError> {
         let mut vm = Vm::instantiate(&self.inner, limits)?;
-        let step = vm.run_cell(code)?;
+        let step = vm.run_cell(code, context)?;
         Ok((vm, step))
     }
 

@@ -25,6 +25,11 @@
   const DateProto = Date.prototype;
   const RegExpProto = RegExp.prototype;
   const PromiseProto = Promise.prototype;
+  const WeakMapCtor = WeakMap;
+  const weakMapGet = WeakMap.prototype.get;
+  const weakMapSet = WeakMap.prototype.set;
+  const weakMapHas = WeakMap.prototype.has;
+  const createObject = Object.create;
   const call = Function.prototype.call.bind(Function.prototype.call);
   const mapEntries = MapProto.entries;
   const setValues = SetProto.values;
@@ -207,6 +212,9 @@
   // pending: request id -> [resolve, reject]. Null prototype: cell code cannot
   // reach it, and prototype tampering cannot change how it behaves.
   const pending = Object.create(null);
+  // Errors the host made (rejected tool calls) -> their contract code, so an
+  // uncaught one fails the cell with that code. Cell code cannot reach it.
+  const hostErrorCodes = new WeakMapCtor();
 
   /** Starts host work and returns a promise the host settles later. */
   function hostRequest(method, params) {
@@ -228,6 +236,39 @@
   defineGlobal("text", text);
   defineGlobal("json", json);
   defineGlobal("yield_control", yield_control);
+
+  // ---- the run's catalog (ALL_TOOLS, tools) -------------------------------
+  // The host sends the run context before the cell starts. Nothing here is
+  // trusted by the host: search, describe and call are bridge requests the
+  // host re-validates against the run's real catalog.
+  function search(query, options) {
+    return hostRequest("search", { query: query, options: options });
+  }
+  function describe(id) {
+    return hostRequest("describe", { id: id });
+  }
+  function callTool(id, input) {
+    return hostRequest("call", { id: id, input: input });
+  }
+
+  function installRunGlobals(ctx) {
+    const entries = ctx !== null && typeof ctx === "object" && isArray(ctx.tools) ? ctx.tools : [];
+    const all = [];
+    for (let i = 0; i < entries.length; i++) all.push(freeze(entries[i]));
+    defineGlobal("ALL_TOOLS", freeze(all));
+    const catalog = createObject(null);
+    catalog.search = search;
+    catalog.describe = describe;
+    catalog.call = callTool;
+    const conveniences = ctx !== null && typeof ctx === "object" && isArray(ctx.conveniences) ? ctx.conveniences : [];
+    for (let i = 0; i < conveniences.length; i++) {
+      const name = conveniences[i][0];
+      const id = conveniences[i][1];
+      if (name === "search" || name === "describe" || name === "call") continue;
+      catalog[name] = { [name](input) { return callTool(id, input); } }[name];
+    }
+    defineGlobal("tools", freeze(catalog));
+  }
 
   // Module loading and host objects do not exist here; make the usual names
   // fail clearly instead of with "x is not defined".
@@ -253,6 +294,7 @@
       if (e !== null && typeof e === "object" && hasProto(e, ErrorCtor.prototype)) {
         info.name = StringCtor(e.name);
         info.message = StringCtor(e.message);
+        if (call(weakMapHas, hostErrorCodes, e)) info.code = call(weakMapGet, hostErrorCodes, e);
         const stack = typeof e.stack === "string" ? e.stack : "";
         // The first cell frame, skipping the constructors of an Error
         // subclass: the model wants the line that threw, not `super(...)`.
@@ -289,7 +331,10 @@
       }
       state = RUNNING;
       result = null;
-      cell().then(
+      hostRequest("context", null).then((ctx) => {
+        installRunGlobals(ctx);
+        return cell();
+      }).then(
         (value) => { state = DONE; result = value; },
         (error) => { state = FAILED; result = error; },
       );
@@ -302,12 +347,20 @@
         entry[0](parseJson(payload));
       } else {
         let message = "host request failed";
+        let code = null;
         try {
           const data = parseJson(payload);
-          if (data !== null && typeof data === "object" && typeof data.message === "string") message = data.message;
-          else if (typeof data === "string") message = data;
+          if (data !== null && typeof data === "object" && typeof data.message === "string") {
+            message = data.message;
+            if (typeof data.code === "string") code = data.code;
+          } else if (typeof data === "string") message = data;
         } catch (_) {}
-        entry[1](new ErrorCtor(message));
+        const error = new ErrorCtor(message);
+        if (code !== null) {
+          defineProperty(error, "code", { value: code, enumerable: true, writable: true, configurable: true });
+          call(weakMapSet, hostErrorCodes, error, code);
+        }
+        entry[1](error);
       }
     },
     status() {

@@ -61,6 +61,9 @@ pub struct Failure {
     pub line: Option<u32>,
     /// 1-based column, when known.
     pub column: Option<u32>,
+    /// The code of a host rejection the cell did not catch (see
+    /// [`Settlement::Reject`]); `None` for errors the cell made itself.
+    pub code: Option<String>,
 }
 
 impl Failure {
@@ -71,6 +74,7 @@ impl Failure {
             message: message.into(),
             line: None,
             column: None,
+            code: None,
         }
     }
 }
@@ -80,8 +84,36 @@ impl Failure {
 pub enum Settlement {
     /// Resolve the guest's promise with this value.
     Resolve(serde_json::Value),
-    /// Reject it with a plain `Error` carrying this message.
-    Reject(String),
+    /// Resolve it with JSON text the host already serialized (never text
+    /// that came from a guest: the guest parses it as trusted JSON).
+    ResolveJson(String),
+    /// Reject it with a plain `Error` carrying this message and, when set,
+    /// a `code` property (`nested_tool_failed`, ...). An uncaught error
+    /// made this way reports its code in [`Failure::code`].
+    Reject {
+        /// What went wrong, for the model.
+        message: String,
+        /// A contract error code, if one applies.
+        code: Option<String>,
+    },
+}
+
+impl Settlement {
+    /// A rejection without a code.
+    pub fn reject(message: impl Into<String>) -> Settlement {
+        Settlement::Reject {
+            message: message.into(),
+            code: None,
+        }
+    }
+
+    /// A rejection carrying a contract error code.
+    pub fn reject_with_code(message: impl Into<String>, code: &str) -> Settlement {
+        Settlement::Reject {
+            message: message.into(),
+            code: Some(code.to_owned()),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -252,7 +284,35 @@ impl Vm {
     }
 
     /// Runs one cell body. Called once, right after instantiation.
-    pub(crate) fn run_cell(&mut self, code: &str) -> Result<Step, SandboxError> {
+    ///
+    /// The prelude asks for the run context (`{"method":"context"}`) before
+    /// the cell body starts; it is answered here with `context`, so callers
+    /// never see that request.
+    pub(crate) fn run_cell(&mut self, code: &str, context: &str) -> Result<Step, SandboxError> {
+        let step = self.run_body(code)?;
+        if step != Step::Pending {
+            return Ok(step);
+        }
+        let requests = &mut self.store.data_mut().new_requests;
+        let is_context = |r: &HostRequest| {
+            r.payload.get("method").and_then(serde_json::Value::as_str) == Some("context")
+        };
+        match requests.first() {
+            Some(first) if is_context(first) => {
+                let id = requests.remove(0).id;
+                self.settle(id, Settlement::ResolveJson(context.to_owned()))
+            }
+            _ => {
+                self.dead = true;
+                Ok(Step::Failed(Failure::host(
+                    FailureKind::Crashed,
+                    "the sandbox prelude did not ask for its run context",
+                )))
+            }
+        }
+    }
+
+    fn run_body(&mut self, code: &str) -> Result<Step, SandboxError> {
         let seed = crate::random_u64();
         let memory_limit = u32::try_from(self.limits.memory_limit_bytes).unwrap_or(u32::MAX);
         let code = code.as_bytes().to_vec();
@@ -281,9 +341,11 @@ impl Vm {
         }
         let (ok, payload) = match settlement {
             Settlement::Resolve(value) => (1u32, value.to_string()),
-            Settlement::Reject(message) => {
-                (0u32, serde_json::json!({ "message": message }).to_string())
-            }
+            Settlement::ResolveJson(text) => (1u32, text),
+            Settlement::Reject { message, code } => (
+                0u32,
+                serde_json::json!({ "message": message, "code": code }).to_string(),
+            ),
         };
         self.enter(move |vm| {
             let (ptr, len) = vm.write_buffer(payload.as_bytes())?;
@@ -363,12 +425,14 @@ impl Vm {
             message: Option<String>,
             line: Option<u32>,
             column: Option<u32>,
+            code: Option<String>,
         }
         let info: Info = serde_json::from_slice(payload).unwrap_or(Info {
             name: Some("Error".into()),
             message: Some("the cell failed with an error that could not be described".into()),
             line: None,
             column: None,
+            code: None,
         });
         let name = info.name.unwrap_or_else(|| "Error".into());
         let message = info.message.unwrap_or_default();
@@ -388,6 +452,7 @@ impl Vm {
                 message: memory_message(&self.limits),
                 line: info.line,
                 column,
+                code: None,
             };
         }
         Failure {
@@ -396,6 +461,7 @@ impl Vm {
             message,
             line: info.line,
             column,
+            code: info.code,
         }
     }
 

@@ -159,8 +159,7 @@ fn rejected_host_requests_arrive_as_plain_errors() {
     );
     let id = vm.take_new_requests()[0].id;
     assert_eq!(
-        vm.settle(id, Settlement::Reject("tool said no".into()))
-            .unwrap(),
+        vm.settle(id, Settlement::reject("tool said no")).unwrap(),
         Step::Completed(json!([true, "tool said no", true, "string"]))
     );
 }

@@ -1,0 +1,255 @@
+//! Nested calls in flight for one run.
+//!
+//! A call's future is polled once on the VM's thread: a fast in-process tool
+//! answers right there, without a thread hop. A call that is not ready is
+//! spawned on the tokio runtime and reports through the run's channel, so it
+//! keeps running while the run is suspended. Dropping [`Calls`] cancels
+//! every call still in flight (abort, expiry, timeout, run end).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::session::{NestedCall, ToolCallError, ToolFuture};
+use crate::trajectory::{Trajectory, TrajectoryEvent};
+
+/// What reaches a drive through the run's channel.
+pub(crate) enum Msg {
+    /// A spawned call finished.
+    Done {
+        request_id: u32,
+        outcome: Result<Value, ToolCallError>,
+    },
+    /// The run's scope was aborted.
+    Abort,
+}
+
+/// One call in flight.
+pub(crate) struct InFlight {
+    pub(crate) call_id: String,
+    pub(crate) tool_id: String,
+    pub(crate) parent_call_id: String,
+    pub(crate) input_bytes: u64,
+    pub(crate) started: Instant,
+    handle: tokio::task::AbortHandle,
+}
+
+/// A finished call, ready to be delivered to the guest.
+pub(crate) struct Finished {
+    pub(crate) request_id: u32,
+    pub(crate) tool_id: String,
+    pub(crate) outcome: Result<Value, ToolCallError>,
+}
+
+/// The calls of one run, and the channel their results come back on.
+pub(crate) struct Calls {
+    inflight: BTreeMap<u32, InFlight>,
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
+    next: u64,
+    trajectory: Trajectory,
+}
+
+impl Calls {
+    pub(crate) fn new(trajectory: Trajectory) -> Calls {
+        let (tx, rx) = channel();
+        Calls {
+            inflight: BTreeMap::new(),
+            tx,
+            rx,
+            next: 0,
+            trajectory,
+        }
+    }
+
+    pub(crate) fn sender(&self) -> Sender<Msg> {
+        self.tx.clone()
+    }
+
+    pub(crate) fn receiver(&self) -> &Receiver<Msg> {
+        &self.rx
+    }
+
+    /// A fresh call id under `parent`.
+    pub(crate) fn next_call_id(&mut self, parent: &str) -> String {
+        self.next += 1;
+        format!("{parent}.{}", self.next)
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &InFlight> {
+        self.inflight.values()
+    }
+
+    /// Starts `call`: returns its outcome at once when the executor answers
+    /// on the first poll, otherwise spawns it on `handle`.
+    pub(crate) fn start(
+        &mut self,
+        handle: &tokio::runtime::Handle,
+        request_id: u32,
+        call: &NestedCall,
+        future: ToolFuture,
+    ) -> Option<Result<Value, ToolCallError>> {
+        let mut future = CatchPanic(future);
+        let started = Instant::now();
+        let first = {
+            let _entered = handle.enter();
+            let mut cx = Context::from_waker(Waker::noop());
+            Pin::new(&mut future).poll(&mut cx)
+        };
+        let input_bytes = call.input.to_string().len() as u64;
+        match first {
+            Poll::Ready(outcome) => {
+                self.trajectory.record(event(
+                    &call.parent_call_id,
+                    &call.call_id,
+                    &call.tool.id,
+                    &outcome,
+                    input_bytes,
+                    started,
+                ));
+                Some(outcome)
+            }
+            Poll::Pending => {
+                let tx = self.tx.clone();
+                let task = handle.spawn(async move {
+                    let outcome = future.await;
+                    let _ = tx.send(Msg::Done {
+                        request_id,
+                        outcome,
+                    });
+                });
+                self.inflight.insert(
+                    request_id,
+                    InFlight {
+                        call_id: call.call_id.clone(),
+                        tool_id: call.tool.id.clone(),
+                        parent_call_id: call.parent_call_id.clone(),
+                        input_bytes,
+                        started,
+                        handle: task.abort_handle(),
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    /// Accepts a `Done` message for a call of this run.
+    pub(crate) fn finish(
+        &mut self,
+        request_id: u32,
+        outcome: Result<Value, ToolCallError>,
+    ) -> Option<Finished> {
+        let record = self.inflight.remove(&request_id)?;
+        self.trajectory.record(event(
+            &record.parent_call_id,
+            &record.call_id,
+            &record.tool_id,
+            &outcome,
+            record.input_bytes,
+            record.started,
+        ));
+        Some(Finished {
+            request_id,
+            tool_id: record.tool_id,
+            outcome,
+        })
+    }
+
+    /// Results that already arrived, without blocking.
+    pub(crate) fn arrived(&mut self) -> (Vec<Finished>, bool) {
+        let mut done = Vec::new();
+        let mut aborted = false;
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                Msg::Done {
+                    request_id,
+                    outcome,
+                } => done.extend(self.finish(request_id, outcome)),
+                Msg::Abort => aborted = true,
+            }
+        }
+        (done, aborted)
+    }
+
+    /// Cancels every call in flight; returns how many there were.
+    pub(crate) fn cancel_all(&mut self) -> usize {
+        let n = self.inflight.len();
+        for (_, call) in std::mem::take(&mut self.inflight) {
+            call.handle.abort();
+            self.trajectory.record(TrajectoryEvent::NestedToolCall {
+                parent_call_id: call.parent_call_id,
+                call_id: call.call_id,
+                tool_id: call.tool_id,
+                status: "cancelled",
+                error: None,
+                input_bytes: call.input_bytes,
+                result_bytes: 0,
+                duration_ms: millis(call.started),
+            });
+        }
+        n
+    }
+}
+
+impl Drop for Calls {
+    fn drop(&mut self) {
+        self.cancel_all();
+    }
+}
+
+fn millis(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+fn event(
+    parent: &str,
+    call_id: &str,
+    tool_id: &str,
+    outcome: &Result<Value, ToolCallError>,
+    input_bytes: u64,
+    started: Instant,
+) -> TrajectoryEvent {
+    let (status, error, result_bytes) = match outcome {
+        Ok(value) => ("ok", None, value.to_string().len() as u64),
+        Err(e) => ("error", Some(e.message.clone()), 0),
+    };
+    TrajectoryEvent::NestedToolCall {
+        parent_call_id: parent.to_owned(),
+        call_id: call_id.to_owned(),
+        tool_id: tool_id.to_owned(),
+        status,
+        error,
+        input_bytes,
+        result_bytes,
+        duration_ms: millis(started),
+    }
+}
+
+/// Turns a panicking executor future into a failed call instead of taking
+/// the VM's thread (or a tokio worker) down with it.
+struct CatchPanic(ToolFuture);
+
+impl Future for CatchPanic {
+    type Output = Result<Value, ToolCallError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(_) => Poll::Ready(Err(ToolCallError::new(
+                "the tool's executor panicked; the call did not complete",
+            ))),
+        }
+    }
+}

@@ -1,0 +1,850 @@
+//! The hidden, per-run tool catalog (SPEC §6): effective tools after policy,
+//! with stable ids, the compact guest view (`ALL_TOOLS`, conveniences),
+//! search ranking and `describe` lookups.
+//!
+//! The catalog is data only: it never runs a tool. What the guest may see
+//! is decided here; the bridge ([`crate::drive`]) asks it for every request,
+//! so a guest cannot reach an entry that this module left out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Where a tool comes from; the first part of its catalog id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolSource {
+    /// Core tools of the agent runtime (owner `core`).
+    Openclaw,
+    /// Plugin tools (owner: the plugin id).
+    Plugin,
+    /// Tools of an MCP server (owner: the server name). Catalogued, but
+    /// reachable from the guest only through the `MCP` namespace.
+    Mcp,
+    /// Tools the client provides for this run (owner: the client name).
+    Client,
+}
+
+impl ToolSource {
+    /// The wire name: `openclaw`, `plugin`, `mcp` or `client`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolSource::Openclaw => "openclaw",
+            ToolSource::Plugin => "plugin",
+            ToolSource::Mcp => "mcp",
+            ToolSource::Client => "client",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(text: &str) -> Option<ToolSource> {
+        match text {
+            "openclaw" => Some(ToolSource::Openclaw),
+            "plugin" => Some(ToolSource::Plugin),
+            "mcp" => Some(ToolSource::Mcp),
+            "client" => Some(ToolSource::Client),
+            _ => None,
+        }
+    }
+
+    fn default_owner(self) -> Option<&'static str> {
+        match self {
+            ToolSource::Openclaw => Some("core"),
+            ToolSource::Client => Some("client"),
+            ToolSource::Plugin | ToolSource::Mcp => None,
+        }
+    }
+}
+
+/// One effective tool of a run, as the agent runtime knows it.
+///
+/// ```
+/// use codemode_runtime::{ToolDefinition, ToolSource};
+/// let tool = ToolDefinition::new(ToolSource::Plugin, "browser", "browser_request")
+///     .with_description("Fetch a page")
+///     .with_parameters(serde_json::json!({"type": "object", "properties": {"url": {"type": "string"}}}));
+/// assert_eq!(tool.id().unwrap(), "plugin:browser:browser_request");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDefinition {
+    /// Where the tool comes from.
+    pub source: ToolSource,
+    /// The owner: plugin id, MCP server or client name (`core` for core
+    /// tools when absent). Becomes `sourceName` and the id's middle part.
+    #[serde(default)]
+    pub source_name: Option<String>,
+    /// The tool's name.
+    pub name: String,
+    /// A human label.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// What the tool does.
+    #[serde(default)]
+    pub description: String,
+    /// The JSON Schema of its input.
+    #[serde(default)]
+    pub parameters: Value,
+}
+
+impl ToolDefinition {
+    /// A tool with an empty description and no schema.
+    pub fn new(source: ToolSource, owner: &str, name: &str) -> ToolDefinition {
+        ToolDefinition {
+            source,
+            source_name: Some(owner.to_owned()),
+            name: name.to_owned(),
+            label: None,
+            description: String::new(),
+            parameters: Value::Null,
+        }
+    }
+
+    /// Sets the description.
+    pub fn with_description(mut self, description: &str) -> ToolDefinition {
+        self.description = description.to_owned();
+        self
+    }
+
+    /// Sets the label.
+    pub fn with_label(mut self, label: &str) -> ToolDefinition {
+        self.label = Some(label.to_owned());
+        self
+    }
+
+    /// Sets the input schema.
+    pub fn with_parameters(mut self, parameters: Value) -> ToolDefinition {
+        self.parameters = parameters;
+        self
+    }
+
+    fn owner(&self) -> Option<&str> {
+        self.source_name
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .or(self.source.default_owner())
+    }
+
+    /// The catalog id `<source>:<owner>:<name>`.
+    ///
+    /// # Errors
+    /// [`CatalogError`] when the owner is missing or a part is malformed.
+    pub fn id(&self) -> Result<String, CatalogError> {
+        let owner = self.owner().ok_or_else(|| CatalogError::MissingOwner {
+            name: self.name.clone(),
+            origin: self.source.as_str(),
+        })?;
+        check_part("name", &self.name, &self.name, false)?;
+        check_part("sourceName", owner, &self.name, true)?;
+        Ok(format!("{}:{owner}:{}", self.source.as_str(), self.name))
+    }
+}
+
+fn check_part(
+    field: &'static str,
+    value: &str,
+    tool: &str,
+    no_colon: bool,
+) -> Result<(), CatalogError> {
+    let problem = if value.is_empty() {
+        Some("is empty")
+    } else if value.len() > MAX_NAME_BYTES {
+        Some("is longer than 128 bytes")
+    } else if value.chars().any(char::is_control) {
+        Some("contains control characters")
+    } else if no_colon && value.contains(':') {
+        Some("contains `:`, which separates the parts of a catalog id")
+    } else if value.chars().any(char::is_whitespace) {
+        Some("contains whitespace")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(CatalogError::BadPart {
+            tool: tool.to_owned(),
+            field,
+            problem,
+        }),
+        None => Ok(()),
+    }
+}
+
+const MAX_NAME_BYTES: usize = 128;
+
+/// The code-mode control tools: never catalogued, so the guest can never
+/// recurse into code mode. (A core shell tool named `exec` is the one
+/// exception: it is an ordinary tool, `openclaw:core:exec`.)
+pub const CONTROL_TOOL_NAMES: [&str; 6] = [
+    "exec",
+    "wait",
+    "tool_search_code",
+    "tool_search",
+    "tool_describe",
+    "tool_call",
+];
+
+/// A tool definition the catalog refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    /// Plugin and MCP tools need their owner.
+    #[error(
+        "tool `{name}` from source `{origin}` needs a sourceName (the plugin id or MCP server name)"
+    )]
+    MissingOwner {
+        /// The tool name.
+        name: String,
+        /// Its source.
+        origin: &'static str,
+    },
+    /// A name part that cannot form an id.
+    #[error("tool `{tool}`: {field} {problem}")]
+    BadPart {
+        /// The tool name.
+        tool: String,
+        /// `name` or `sourceName`.
+        field: &'static str,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+/// Allow and deny policy, applied before cataloguing. A pattern matches a
+/// tool's name or its full id; deny wins over allow.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolPolicy {
+    /// When set, only these tools are kept.
+    pub allow: Option<Vec<String>>,
+    /// These tools are removed.
+    pub deny: Vec<String>,
+}
+
+impl ToolPolicy {
+    fn permits(&self, name: &str, id: &str) -> bool {
+        let hit = |p: &String| p == name || p == id;
+        if self.deny.iter().any(hit) {
+            return false;
+        }
+        self.allow
+            .as_ref()
+            .is_none_or(|allow| allow.iter().any(hit))
+    }
+}
+
+/// A catalogued tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogEntry {
+    /// `<source>:<owner>:<name>`.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// A human label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// What it does.
+    pub description: String,
+    /// Where it comes from.
+    pub source: ToolSource,
+    /// Its owner.
+    pub source_name: String,
+    /// Its input schema (served by `tools.describe`, never in `ALL_TOOLS`).
+    #[serde(skip)]
+    pub parameters: Value,
+}
+
+impl CatalogEntry {
+    /// The compact form of `ALL_TOOLS` and `tools.search` (no schema).
+    pub fn compact_json(&self) -> Value {
+        let mut v = json!({
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "source": self.source.as_str(),
+            "sourceName": self.source_name,
+        });
+        if let (Some(label), Some(map)) = (&self.label, v.as_object_mut()) {
+            map.insert("label".into(), Value::String(label.clone()));
+        }
+        v
+    }
+
+    /// The `tools.describe` form: compact plus `parameters`.
+    pub fn described_json(&self) -> Value {
+        let mut v = self.compact_json();
+        if let Some(map) = v.as_object_mut() {
+            let parameters = if self.parameters.is_null() {
+                json!({ "type": "object", "properties": {} })
+            } else {
+                self.parameters.clone()
+            };
+            map.insert("parameters".into(), parameters);
+        }
+        v
+    }
+
+    /// Whether the guest's `ALL_TOOLS` / `tools.*` views include it.
+    pub fn guest_visible(&self) -> bool {
+        self.source != ToolSource::Mcp
+    }
+}
+
+/// A tool the catalog left out, and why (for diagnostics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excluded {
+    /// The tool's id (or name, when no id could be formed).
+    pub tool: String,
+    /// Why.
+    pub reason: &'static str,
+}
+
+/// The hidden catalog of one run. Build it with [`Catalog::build`]; share
+/// it read-only (`Arc`).
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    entries: Vec<Arc<CatalogEntry>>,
+    by_id: HashMap<String, usize>,
+    conveniences: Vec<(String, String)>,
+    excluded: Vec<Excluded>,
+    guest_context: String,
+}
+
+/// Property names a convenience function must never take.
+const RESERVED_CONVENIENCE_NAMES: [&str; 7] = [
+    "search",
+    "describe",
+    "call",
+    "__proto__",
+    "constructor",
+    "prototype",
+    "then",
+];
+
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == '$')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+}
+
+impl Catalog {
+    /// Builds the catalog from the run's effective tools.
+    ///
+    /// Policy is applied first; control tools are dropped; duplicates keep
+    /// the first definition. Entries are ordered by source (core, plugin,
+    /// MCP, client) and then by id, so equal tool sets give equal catalogs
+    /// whatever order they arrive in.
+    ///
+    /// # Errors
+    /// [`CatalogError`] for a definition that cannot form an id.
+    pub fn build(tools: Vec<ToolDefinition>, policy: &ToolPolicy) -> Result<Catalog, CatalogError> {
+        let mut excluded = Vec::new();
+        let mut kept: Vec<CatalogEntry> = Vec::new();
+        let mut seen: HashMap<String, ()> = HashMap::new();
+        for tool in tools {
+            let id = tool.id()?;
+            let shell_exec = id == "openclaw:core:exec";
+            if CONTROL_TOOL_NAMES.contains(&tool.name.as_str()) && !shell_exec {
+                excluded.push(Excluded {
+                    tool: id,
+                    reason: "code-mode control tools are never catalogued",
+                });
+                continue;
+            }
+            if !policy.permits(&tool.name, &id) {
+                excluded.push(Excluded {
+                    tool: id,
+                    reason: "denied by policy",
+                });
+                continue;
+            }
+            if seen.insert(id.clone(), ()).is_some() {
+                excluded.push(Excluded {
+                    tool: id,
+                    reason: "a tool with the same id is already catalogued",
+                });
+                continue;
+            }
+            let source_name = tool.owner().unwrap_or_default().to_owned();
+            kept.push(CatalogEntry {
+                id,
+                name: tool.name,
+                label: tool.label.filter(|l| !l.is_empty()),
+                description: tool.description,
+                source: tool.source,
+                source_name,
+                parameters: tool.parameters,
+            });
+        }
+        kept.sort_by(|a, b| (a.source, &a.id).cmp(&(b.source, &b.id)));
+        let entries: Vec<Arc<CatalogEntry>> = kept.into_iter().map(Arc::new).collect();
+        let by_id = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.id.clone(), i))
+            .collect();
+        let mut name_counts: HashMap<&str, usize> = HashMap::new();
+        for e in entries.iter().filter(|e| e.guest_visible()) {
+            *name_counts.entry(e.name.as_str()).or_default() += 1;
+        }
+        let conveniences: Vec<(String, String)> = entries
+            .iter()
+            .filter(|e| e.guest_visible())
+            .filter(|e| {
+                is_identifier(&e.name)
+                    && !RESERVED_CONVENIENCE_NAMES.contains(&e.name.as_str())
+                    && name_counts.get(e.name.as_str()) == Some(&1)
+            })
+            .map(|e| (e.name.clone(), e.id.clone()))
+            .collect();
+        let guest_tools: Vec<Value> = entries
+            .iter()
+            .filter(|e| e.guest_visible())
+            .map(|e| e.compact_json())
+            .collect();
+        let guest_context =
+            json!({ "tools": guest_tools, "conveniences": conveniences }).to_string();
+        Ok(Catalog {
+            entries,
+            by_id,
+            conveniences,
+            excluded,
+            guest_context,
+        })
+    }
+
+    /// An empty catalog (a run without tools).
+    pub fn empty() -> Catalog {
+        Catalog {
+            guest_context: codemode_sandbox::EMPTY_CONTEXT.to_owned(),
+            ..Catalog::default()
+        }
+    }
+
+    /// All entries, MCP included, in catalog order.
+    pub fn entries(&self) -> &[Arc<CatalogEntry>] {
+        &self.entries
+    }
+
+    /// Number of entries, MCP included.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the catalog holds no tools.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry with this exact id.
+    pub fn get(&self, id: &str) -> Option<&Arc<CatalogEntry>> {
+        self.by_id.get(id).map(|&i| &self.entries[i])
+    }
+
+    /// Tools left out, and why.
+    pub fn excluded(&self) -> &[Excluded] {
+        &self.excluded
+    }
+
+    /// `(name, id)` of every `tools.<name>` convenience function.
+    pub fn conveniences(&self) -> &[(String, String)] {
+        &self.conveniences
+    }
+
+    /// Entry counts by source (`openclaw`, `plugin`, `mcp`, `client`).
+    pub fn count_by_source(&self) -> BTreeMap<String, u32> {
+        let mut counts = BTreeMap::new();
+        for e in &self.entries {
+            *counts.entry(e.source.as_str().to_owned()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// The JSON text the guest's prelude turns into `ALL_TOOLS` and `tools`.
+    pub(crate) fn guest_context(&self) -> &str {
+        &self.guest_context
+    }
+
+    /// Ranked guest-visible hits for `query` (at most `limit`).
+    ///
+    /// The whole query matched as an exact name or id ranks first, then as a
+    /// substring of the name, id, label, description, in that order; entries
+    /// matching only some of the query's words come after, by how much they
+    /// match. Ties go by id.
+    pub fn search(&self, query: &str, limit: usize) -> Vec<&Arc<CatalogEntry>> {
+        let q = query.trim().to_lowercase();
+        let words: Vec<&str> = q
+            .split(|c: char| c.is_whitespace() || matches!(c, '_' | '-' | ':' | '.' | '/'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let mut hits: Vec<(u32, &Arc<CatalogEntry>)> = self
+            .entries
+            .iter()
+            .filter(|e| e.guest_visible())
+            .filter_map(|e| {
+                let score = score(e, &q, &words);
+                (score > 0).then_some((score, e))
+            })
+            .collect();
+        hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
+        hits.into_iter().take(limit).map(|(_, e)| e).collect()
+    }
+
+    /// The guest-visible entry for an id or a unique name.
+    ///
+    /// # Errors
+    /// A message for the model: ambiguous name (with the ids), MCP entry
+    /// (use the `MCP` namespace), or unknown (with up to three suggestions).
+    pub fn describe(&self, id_or_name: &str) -> Result<&Arc<CatalogEntry>, String> {
+        if let Some(entry) = self.get(id_or_name) {
+            if !entry.guest_visible() {
+                return Err(mcp_message(entry));
+            }
+            return Ok(entry);
+        }
+        let named: Vec<&Arc<CatalogEntry>> = self
+            .entries
+            .iter()
+            .filter(|e| e.guest_visible() && e.name == id_or_name)
+            .collect();
+        match named.as_slice() {
+            [one] => Ok(one),
+            [] => Err(self.unknown_message(id_or_name)),
+            many => Err(format!(
+                "the tool name \"{id_or_name}\" is ambiguous in this run: it matches {}; pass the full id",
+                many.iter()
+                    .map(|e| format!("\"{}\"", e.id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+
+    /// The guest-visible entry a `tools.call` may target (exact id only).
+    ///
+    /// # Errors
+    /// A message for the model, as [`Catalog::describe`].
+    pub fn callable(&self, id: &str) -> Result<&Arc<CatalogEntry>, String> {
+        match self.get(id) {
+            Some(entry) if entry.guest_visible() => Ok(entry),
+            Some(entry) => Err(mcp_message(entry)),
+            None => {
+                let by_name: Vec<_> = self
+                    .entries
+                    .iter()
+                    .filter(|e| e.guest_visible() && e.name == id)
+                    .collect();
+                if let [one] = by_name.as_slice() {
+                    return Err(format!(
+                        "tools.call needs a catalog id, not a name: call tools.call(\"{}\", input)",
+                        one.id
+                    ));
+                }
+                Err(self.unknown_message(id))
+            }
+        }
+    }
+
+    fn unknown_message(&self, asked: &str) -> String {
+        let suggestions = self.suggest(asked);
+        let mut message = format!("no tool \"{asked}\" in this run's catalog");
+        if !suggestions.is_empty() {
+            message.push_str(&format!(
+                "; did you mean {}?",
+                suggestions
+                    .iter()
+                    .map(|s| format!("\"{s}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        message.push_str(" Use tools.search(query) or read ALL_TOOLS for the exact ids.");
+        message
+    }
+
+    /// Up to three guest-visible ids closest to `asked`.
+    fn suggest(&self, asked: &str) -> Vec<&str> {
+        let asked = asked.to_lowercase();
+        let tail = asked.rsplit(':').next().unwrap_or(&asked).to_owned();
+        let mut scored: Vec<(usize, &str)> = self
+            .entries
+            .iter()
+            .filter(|e| e.guest_visible())
+            .filter_map(|e| {
+                let name = e.name.to_lowercase();
+                let id = e.id.to_lowercase();
+                let d = levenshtein(&tail, &name).min(levenshtein(&asked, &id));
+                let related = name.contains(&tail) || tail.contains(&name);
+                let close = d <= (tail.chars().count().max(3) / 2).max(2);
+                (related || close).then_some((if related { 0 } else { d }, e.id.as_str()))
+            })
+            .collect();
+        scored.sort();
+        scored.into_iter().take(3).map(|(_, id)| id).collect()
+    }
+}
+
+fn mcp_message(entry: &CatalogEntry) -> String {
+    format!(
+        "\"{}\" is an MCP tool: MCP tools are not reachable through tools.*; call it as MCP.<server>.<tool>({{...}}) (see API.list(\"mcp\"))",
+        entry.id
+    )
+}
+
+fn score(e: &CatalogEntry, q: &str, words: &[&str]) -> u32 {
+    if q.is_empty() {
+        return 0;
+    }
+    let name = e.name.to_lowercase();
+    let id = e.id.to_lowercase();
+    let label = e.label.as_deref().unwrap_or("").to_lowercase();
+    let description = e.description.to_lowercase();
+    if name == q || id == q {
+        return 1000;
+    }
+    if name.contains(q) {
+        return 800;
+    }
+    if id.contains(q) {
+        return 600;
+    }
+    if label.contains(q) {
+        return 400;
+    }
+    if description.contains(q) {
+        return 200;
+    }
+    // Word matches: always below any whole-query match (at most 150).
+    // Coverage (how many words match anywhere) counts first, then where.
+    if words.is_empty() {
+        return 0;
+    }
+    let tiers: Vec<u32> = words
+        .iter()
+        .map(|w| {
+            if name.contains(w) {
+                8
+            } else if id.contains(w) {
+                6
+            } else if label.contains(w) {
+                4
+            } else if description.contains(w) {
+                2
+            } else {
+                0
+            }
+        })
+        .collect();
+    let n = words.len() as u32;
+    let matched = tiers.iter().filter(|&&t| t > 0).count() as u32;
+    let sum: u32 = tiers.iter().sum();
+    matched * 100 / n + sum * 50 / (8 * n)
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(source: ToolSource, owner: &str, name: &str, description: &str) -> ToolDefinition {
+        ToolDefinition::new(source, owner, name).with_description(description)
+    }
+
+    fn sample() -> Catalog {
+        Catalog::build(
+            vec![
+                tool(
+                    ToolSource::Client,
+                    "app",
+                    "select_file",
+                    "Let the user pick a file",
+                ),
+                tool(ToolSource::Openclaw, "core", "read", "Read a local file"),
+                tool(
+                    ToolSource::Plugin,
+                    "browser",
+                    "browser_request",
+                    "Fetch a web page",
+                ),
+                tool(
+                    ToolSource::Mcp,
+                    "github",
+                    "create_issue",
+                    "Create a GitHub issue",
+                ),
+                tool(ToolSource::Openclaw, "core", "exec", "Run a shell command"),
+                tool(ToolSource::Openclaw, "core", "tool_search", "search"),
+                tool(ToolSource::Plugin, "x", "wait", "wait"),
+                tool(
+                    ToolSource::Plugin,
+                    "files",
+                    "read",
+                    "Read a file from storage",
+                ),
+            ],
+            &ToolPolicy::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn ids_order_and_control_tools() {
+        let c = sample();
+        let ids: Vec<&str> = c.entries().iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "openclaw:core:exec",
+                "openclaw:core:read",
+                "plugin:browser:browser_request",
+                "plugin:files:read",
+                "mcp:github:create_issue",
+                "client:app:select_file"
+            ]
+        );
+        assert_eq!(c.excluded().len(), 2);
+    }
+
+    #[test]
+    fn equal_tool_sets_give_equal_catalogs() {
+        let mut tools = vec![
+            tool(ToolSource::Client, "app", "b", ""),
+            tool(ToolSource::Openclaw, "core", "a", ""),
+            tool(ToolSource::Plugin, "p", "c", ""),
+        ];
+        let one = Catalog::build(tools.clone(), &ToolPolicy::default()).unwrap();
+        tools.reverse();
+        let two = Catalog::build(tools, &ToolPolicy::default()).unwrap();
+        assert_eq!(one.guest_context(), two.guest_context());
+    }
+
+    #[test]
+    fn conveniences_need_a_unique_identifier_name() {
+        let c = sample();
+        let names: Vec<&str> = c.conveniences().iter().map(|(n, _)| n.as_str()).collect();
+        // `read` collides (core and plugin), MCP tools are left out.
+        assert_eq!(names, ["exec", "browser_request", "select_file"]);
+    }
+
+    #[test]
+    fn policy_removes_by_name_or_id() {
+        let policy = ToolPolicy {
+            allow: None,
+            deny: vec!["exec".into(), "plugin:files:read".into()],
+        };
+        let c = Catalog::build(
+            vec![
+                tool(ToolSource::Openclaw, "core", "exec", ""),
+                tool(ToolSource::Plugin, "files", "read", ""),
+                tool(ToolSource::Openclaw, "core", "read", ""),
+            ],
+            &policy,
+        )
+        .unwrap();
+        assert_eq!(c.len(), 1);
+        assert!(c.callable("openclaw:core:exec").is_err());
+    }
+
+    #[test]
+    fn search_ranks_exact_then_name_then_id_label_description() {
+        let c = Catalog::build(
+            vec![
+                tool(
+                    ToolSource::Openclaw,
+                    "core",
+                    "notes",
+                    "mentions file in text",
+                ),
+                tool(ToolSource::Openclaw, "core", "file", ""),
+                tool(ToolSource::Openclaw, "core", "file_read", ""),
+                tool(ToolSource::Plugin, "file", "zzz", ""),
+                ToolDefinition::new(ToolSource::Openclaw, "core", "yyy").with_label("File picker"),
+            ],
+            &ToolPolicy::default(),
+        )
+        .unwrap();
+        let ids: Vec<&str> = c.search("file", 10).iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "openclaw:core:file",
+                "openclaw:core:file_read",
+                "plugin:file:zzz",
+                "openclaw:core:yyy",
+                "openclaw:core:notes"
+            ]
+        );
+        assert_eq!(c.search("file", 2).len(), 2);
+        assert!(c.search("   ", 5).is_empty());
+    }
+
+    #[test]
+    fn search_by_words_and_never_mcp() {
+        let c = sample();
+        let hits: Vec<&str> = c
+            .search("read local file", 3)
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect();
+        assert_eq!(hits[0], "openclaw:core:read");
+        assert!(c.search("issue", 5).is_empty());
+    }
+
+    #[test]
+    fn describe_suggests_and_explains() {
+        let c = sample();
+        assert_eq!(
+            c.describe("select_file").unwrap().id,
+            "client:app:select_file"
+        );
+        let err = c.describe("read").unwrap_err();
+        assert!(
+            err.contains("ambiguous") && err.contains("plugin:files:read"),
+            "{err}"
+        );
+        let err = c.describe("openclaw:core:brwser_request").unwrap_err();
+        assert!(
+            err.contains("did you mean \"plugin:browser:browser_request\""),
+            "{err}"
+        );
+        let err = c.describe("mcp:github:create_issue").unwrap_err();
+        assert!(err.contains("MCP."), "{err}");
+        let err = c.callable("select_file").unwrap_err();
+        assert!(err.contains("client:app:select_file"), "{err}");
+    }
+
+    #[test]
+    fn bad_definitions_are_named() {
+        let err = Catalog::build(
+            vec![ToolDefinition {
+                source: ToolSource::Plugin,
+                source_name: None,
+                name: "x".into(),
+                label: None,
+                description: String::new(),
+                parameters: Value::Null,
+            }],
+            &ToolPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("needs a sourceName"));
+        let err = ToolDefinition::new(ToolSource::Plugin, "a:b", "x")
+            .id()
+            .unwrap_err();
+        assert!(err.to_string().contains("sourceName contains `:`"));
+    }
+}

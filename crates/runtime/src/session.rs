@@ -1,0 +1,293 @@
+//! The embedding surface for one agent run: its context, its catalog, the
+//! executor that runs nested calls, and the model-visible `exec` / `wait`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::catalog::{Catalog, CatalogEntry};
+use crate::result::CodeModeResult;
+use crate::runtime::{CodeModeRuntime, Inner};
+use crate::surface::{self, ModelTool};
+use crate::trajectory::Trajectory;
+
+/// Who and where a run is: carried into every nested call, and the scope
+/// that suspended runs are bound to (a `wait` from another agent, session
+/// or run is refused).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunContext {
+    /// The active agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The session id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The session key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<String>,
+    /// The agent run id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The sender, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<String>,
+    /// The channel, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+}
+
+/// The part of a [`RunContext`] that scopes runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Scope {
+    agent_id: Option<String>,
+    session_id: Option<String>,
+    session_key: Option<String>,
+    run_id: Option<String>,
+}
+
+impl Scope {
+    pub(crate) fn of(context: &RunContext) -> Scope {
+        Scope {
+            agent_id: context.agent_id.clone(),
+            session_id: context.session_id.clone(),
+            session_key: context.session_key.clone(),
+            run_id: context.run_id.clone(),
+        }
+    }
+
+    pub(crate) fn in_session(&self, session: &str) -> bool {
+        self.session_id.as_deref() == Some(session) || self.session_key.as_deref() == Some(session)
+    }
+}
+
+/// One nested call, as the executor receives it.
+#[derive(Debug, Clone)]
+pub struct NestedCall {
+    /// The run's context (agent, session, sender, channel).
+    pub context: Arc<RunContext>,
+    /// The model's tool-call id of the outer `exec` that started the run.
+    pub parent_call_id: String,
+    /// This nested call's id (unique within the run).
+    pub call_id: String,
+    /// The catalog entry being called.
+    pub tool: Arc<CatalogEntry>,
+    /// The input: JSON the guest sent, re-parsed by the host.
+    pub input: Value,
+}
+
+/// A nested call failed; the guest sees a plain `Error` with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolCallError {
+    /// What went wrong, fit for the model (no secrets).
+    pub message: String,
+}
+
+impl ToolCallError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> ToolCallError {
+        ToolCallError {
+            message: message.into(),
+        }
+    }
+}
+
+/// What an executor returns for one call.
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolCallError>> + Send + 'static>>;
+
+/// Runs nested calls through the agent's normal tool path (policy,
+/// approvals, hooks, audit). Calls may run concurrently.
+///
+/// Cancellation (abort, timeout of a finished run, expiry) drops the
+/// future. A closure `Fn(NestedCall) -> ToolFuture` is an executor.
+pub trait ToolExecutor: Send + Sync + 'static {
+    /// Starts one call.
+    fn call(&self, call: NestedCall) -> ToolFuture;
+}
+
+impl<F> ToolExecutor for F
+where
+    F: Fn(NestedCall) -> ToolFuture + Send + Sync + 'static,
+{
+    fn call(&self, call: NestedCall) -> ToolFuture {
+        self(call)
+    }
+}
+
+/// An executor for runs without tools: every call fails.
+pub(crate) struct NoTools;
+
+impl ToolExecutor for NoTools {
+    fn call(&self, call: NestedCall) -> ToolFuture {
+        let id = call.tool.id.clone();
+        Box::pin(async move { Err(ToolCallError::new(format!("no executor for {id}"))) })
+    }
+}
+
+/// Abort state of one scope, shared by its sessions and live drives.
+pub(crate) struct ScopeState {
+    pub(crate) scope: Scope,
+    aborted: AtomicBool,
+    /// Live drives to wake on abort.
+    live: Mutex<Vec<(u64, std::sync::mpsc::Sender<crate::calls::Msg>)>>,
+    runtime: Weak<Inner>,
+}
+
+impl ScopeState {
+    pub(crate) fn new(scope: Scope, runtime: Weak<Inner>) -> ScopeState {
+        ScopeState {
+            scope,
+            aborted: AtomicBool::new(false),
+            live: Mutex::new(Vec::new()),
+            runtime,
+        }
+    }
+
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst)
+    }
+
+    /// Marks the scope aborted and wakes its live drives.
+    pub(crate) fn abort(&self) {
+        self.aborted.store(true, Ordering::SeqCst);
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        for (_, tx) in live.iter() {
+            let _ = tx.send(crate::calls::Msg::Abort);
+        }
+    }
+
+    pub(crate) fn register(&self, key: u64, tx: std::sync::mpsc::Sender<crate::calls::Msg>) {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((key, tx));
+    }
+
+    pub(crate) fn unregister(&self, key: u64) {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(k, _)| *k != key);
+    }
+}
+
+impl Drop for ScopeState {
+    /// The last session of the scope is gone: the agent run ended, so its
+    /// suspended runs (and their in-flight calls) go too.
+    fn drop(&mut self) {
+        if let Some(inner) = self.runtime.upgrade() {
+            inner.store.discard_scope(&self.scope);
+            inner.forget_scope(&self.scope);
+        }
+    }
+}
+
+/// Code mode for one agent run. Made by [`CodeModeRuntime::session`].
+///
+/// Dropping the last session of a scope ends the run: its suspended runs
+/// are discarded and their nested calls cancelled.
+pub struct CodeModeSession {
+    pub(crate) runtime: CodeModeRuntime,
+    pub(crate) scope: Arc<ScopeState>,
+    pub(crate) context: Arc<RunContext>,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) executor: Arc<dyn ToolExecutor>,
+    pub(crate) trajectory: Trajectory,
+    exec_counter: AtomicU64,
+}
+
+impl std::fmt::Debug for CodeModeSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeModeSession")
+            .field("context", &self.context)
+            .field("catalog_size", &self.catalog.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CodeModeSession {
+    pub(crate) fn new(
+        runtime: CodeModeRuntime,
+        scope: Arc<ScopeState>,
+        context: RunContext,
+        catalog: Arc<Catalog>,
+        executor: Arc<dyn ToolExecutor>,
+    ) -> CodeModeSession {
+        CodeModeSession {
+            runtime,
+            scope,
+            context: Arc::new(context),
+            catalog,
+            executor,
+            trajectory: Trajectory::default(),
+            exec_counter: AtomicU64::new(0),
+        }
+    }
+
+    /// The model-visible tools: exactly `exec` and `wait`, with
+    /// descriptions and JSON schemas, ready for a provider payload.
+    pub fn model_tools(&self) -> Vec<ModelTool> {
+        surface::model_tools(self.runtime.config(), &self.catalog)
+    }
+
+    /// This run's hidden catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The run context.
+    pub fn context(&self) -> &RunContext {
+        &self.context
+    }
+
+    /// Control calls and nested calls of this session so far.
+    pub fn trajectory(&self) -> &Trajectory {
+        &self.trajectory
+    }
+
+    /// Runs the model's `exec` input under a generated call id.
+    pub async fn exec(&self, input: &Value) -> CodeModeResult {
+        let n = self.exec_counter.fetch_add(1, Ordering::Relaxed) + 1;
+        self.exec_call(&format!("exec_{n}"), input).await
+    }
+
+    /// Runs the model's `exec` input; `call_id` is the model's tool-call id
+    /// (nested calls name it as their parent).
+    pub async fn exec_call(&self, call_id: &str, input: &Value) -> CodeModeResult {
+        crate::drive::exec(self, call_id, input).await
+    }
+
+    /// Resumes a waiting run (the model's `wait` input).
+    pub async fn wait(&self, input: &Value) -> CodeModeResult {
+        let n = self.exec_counter.fetch_add(1, Ordering::Relaxed) + 1;
+        self.wait_call(&format!("wait_{n}"), input).await
+    }
+
+    /// Resumes a waiting run; `call_id` is the model's tool-call id.
+    pub async fn wait_call(&self, call_id: &str, input: &Value) -> CodeModeResult {
+        crate::drive::wait(self, call_id, input).await
+    }
+
+    /// Aborts every run of this scope: live drives stop with `aborted`,
+    /// nested calls are cancelled, snapshots discarded; later `exec` and
+    /// `wait` calls in this scope fail with `aborted`.
+    pub fn abort(&self) {
+        self.scope.abort();
+        self.runtime.inner.store.abort_scope(&self.scope.scope);
+    }
+
+    /// Aborts one suspended run of this scope (its calls are cancelled and
+    /// its snapshot discarded; `wait` then says `aborted`). Returns whether
+    /// such a run was waiting.
+    pub fn abort_run(&self, run_id: &str) -> bool {
+        self.runtime
+            .inner
+            .store
+            .abort_run(run_id, &self.scope.scope)
+    }
+}

@@ -1,0 +1,116 @@
+//! The model-visible surface: the `exec` and `wait` definitions, and the
+//! fail-closed check that a provider payload holds exactly those two.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::catalog::Catalog;
+use crate::config::{CodeModeConfig, Language};
+
+/// A tool definition for a provider payload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelTool {
+    /// `exec` or `wait`.
+    pub name: &'static str,
+    /// What the model is told about it.
+    pub description: String,
+    /// The JSON Schema of its input.
+    pub input_schema: Value,
+}
+
+/// The two model-visible tools for a run with `catalog`.
+pub fn model_tools(config: &CodeModeConfig, catalog: &Catalog) -> Vec<ModelTool> {
+    let languages: Vec<&str> = config.languages.iter().map(|l| l.as_str()).collect();
+    vec![
+        ModelTool {
+            name: "exec",
+            description: exec_description(config, catalog),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "code": { "type": "string", "description": "The program body. Top-level await and return work; the returned value is the result." },
+                    "command": { "type": "string", "description": "Alias of code (must equal code when both are sent)." },
+                    "language": { "type": "string", "enum": languages, "default": "javascript" }
+                },
+                "additionalProperties": false
+            }),
+        },
+        ModelTool {
+            name: "wait",
+            description: "Resume a code-mode run that exec (or an earlier wait) returned as \"waiting\". \
+                          Returns the same result shape as exec: completed, failed, or waiting again."
+                .to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": { "runId": { "type": "string", "description": "The runId of the waiting result." } },
+                "required": ["runId"],
+                "additionalProperties": false
+            }),
+        },
+    ]
+}
+
+fn exec_description(config: &CodeModeConfig, catalog: &Catalog) -> String {
+    let mut sources: Vec<String> = catalog
+        .count_by_source()
+        .into_iter()
+        .filter(|(source, _)| source != "mcp")
+        .map(|(source, n)| format!("{n} {source}"))
+        .collect();
+    if sources.is_empty() {
+        sources.push("none".into());
+    }
+    let ts = if config.languages.contains(&Language::TypeScript) {
+        " or TypeScript (language: \"typescript\")"
+    } else {
+        ""
+    };
+    format!(
+        "Run a small JavaScript{ts} program in a sandbox (no filesystem, network, modules or \
+         environment) that finds and calls this run's tools. Globals: \
+         ALL_TOOLS (array of {{id, name, description, source}}; catalog: {}); \
+         await tools.search(query, {{limit}}) ranks tools; \
+         await tools.describe(id) returns an entry with its JSON-schema `parameters`; \
+         await tools.call(id, input) calls a tool (tools.<name>(input) for unambiguous names); \
+         text(value) and json(value) add output; await yield_control(reason) pauses. \
+         Use loops, Promise.all and filtering in code, and return a small result. \
+         Slow calls make exec return {{status: \"waiting\", runId}}; then call wait({{runId}}). \
+         Limits: {} ms per call, {} bytes of output.",
+        sources.join(", "),
+        config.timeout_ms,
+        config.max_output_bytes
+    )
+}
+
+/// The final provider payload does not hold exactly `exec` and `wait`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "code mode fails closed: the model-visible tools must be exactly exec and wait, found [{found}]"
+)]
+pub struct SurfaceError {
+    /// The names found, comma-separated.
+    pub found: String,
+}
+
+/// Checks a provider payload's tool names: code mode never silently falls
+/// back to exposing tools directly.
+///
+/// ```
+/// assert!(codemode_runtime::check_model_tools(&["wait", "exec"]).is_ok());
+/// assert!(codemode_runtime::check_model_tools(&["exec", "wait", "read"]).is_err());
+/// ```
+///
+/// # Errors
+/// [`SurfaceError`] for any other set of names.
+pub fn check_model_tools(names: &[&str]) -> Result<(), SurfaceError> {
+    let mut sorted = names.to_vec();
+    sorted.sort_unstable();
+    if sorted == ["exec", "wait"] {
+        Ok(())
+    } else {
+        Err(SurfaceError {
+            found: names.join(", "),
+        })
+    }
+}
