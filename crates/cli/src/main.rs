@@ -1,7 +1,8 @@
 //! The `codemode` binary.
 //!
-//! - `codemode exec [--config FILE] [--language javascript|typescript] [--follow] [FILE|-]`
-//!   runs one cell and prints one `CodeModeResult` JSON object on stdout
+//! - `codemode exec [--config FILE] [--tools FILE] [--deny NAME]... [--language javascript|typescript] [--follow] [FILE|-]`
+//!   runs one cell against the scripted tools of a tools file (see
+//!   [`tools_file`]) and prints one `CodeModeResult` JSON object on stdout
 //!   (with `--follow`, keeps calling `wait` while the result is `waiting` and
 //!   prints every result as one JSON line). Exit status: 0 completed or
 //!   waiting, 1 failed, 2 bad usage.
@@ -10,13 +11,19 @@
 //! Logs go to stderr (`RUST_LOG` / `CODEMODE_LOG` filter them); stdout holds
 //! only results.
 
+mod tools_file;
+
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use codemode_runtime::{CodeModeConfig, CodeModeResult, CodeModeRuntime, Diagnostic};
+use codemode_runtime::{
+    Catalog, CodeModeConfig, CodeModeResult, CodeModeRuntime, Diagnostic, RunContext, ToolPolicy,
+};
+
+use crate::tools_file::ToolsFile;
 
 #[derive(Parser)]
 #[command(
@@ -42,6 +49,12 @@ enum Command {
         /// JSON5 config file holding `tools.codeMode`.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// JSON5 file `{ tools: [...] }` of scripted tools the cell can call.
+        #[arg(long)]
+        tools: Option<PathBuf>,
+        /// Remove a tool (by name or id) by policy; repeatable.
+        #[arg(long, value_name = "NAME")]
+        deny: Vec<String>,
         /// Cell language.
         #[arg(long, value_enum, default_value = "javascript")]
         language: LanguageArg,
@@ -91,10 +104,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Exec {
             config,
+            tools,
+            deny,
             language,
             follow,
             file,
-        } => exec(config, language, follow, file),
+        } => exec(ExecArgs {
+            config,
+            tools,
+            deny,
+            language,
+            follow,
+            file,
+        }),
         Command::CheckConfig { file } => check_config(&file),
     }
 }
@@ -126,16 +148,41 @@ fn check_config(path: &PathBuf) -> Result<ExitCode> {
     }
 }
 
-fn exec(
+struct ExecArgs {
     config: Option<PathBuf>,
+    tools: Option<PathBuf>,
+    deny: Vec<String>,
     language: LanguageArg,
     follow: bool,
     file: Option<PathBuf>,
-) -> Result<ExitCode> {
+}
+
+fn load_tools(path: Option<&Path>) -> Result<ToolsFile> {
+    let Some(path) = path else {
+        return Ok(ToolsFile::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading tools file {}", path.display()))?;
+    ToolsFile::parse(&text).map_err(|e| anyhow::anyhow!("tools file {}: {e}", path.display()))
+}
+
+fn exec(args: ExecArgs) -> Result<ExitCode> {
+    let ExecArgs {
+        config,
+        tools,
+        deny,
+        language,
+        follow,
+        file,
+    } = args;
     let (config, diagnostics) = load_config(config.as_ref())?;
     for d in &diagnostics {
         eprintln!("codemode: config: {d}");
     }
+    let tools = load_tools(tools.as_deref())?;
+    let policy = ToolPolicy { allow: None, deny };
+    let catalog = Catalog::build(tools.definitions(), &policy)
+        .map_err(|e| anyhow::anyhow!("tools file: {e}"))?;
     let code = match file.as_deref() {
         None => read_stdin()?,
         Some(p) if p.as_os_str() == "-" => read_stdin()?,
@@ -165,12 +212,21 @@ fn exec(
                 return Ok(ExitCode::from(1));
             }
         };
-        let mut result = runtime
-            .exec(&serde_json::json!({ "code": code, "language": language }))
+        let context = RunContext {
+            agent_id: Some("cli".into()),
+            session_id: Some(format!("cli-{}", std::process::id())),
+            ..RunContext::default()
+        };
+        let session = runtime.session(context, catalog, tools.executor());
+        let mut result = session
+            .exec_call(
+                "cli_exec",
+                &serde_json::json!({ "code": code, "language": language }),
+            )
             .await;
         print_result(&result)?;
         while follow && let CodeModeResult::Waiting { run_id, .. } = &result {
-            result = runtime.wait(&serde_json::json!({ "runId": run_id })).await;
+            result = session.wait(&serde_json::json!({ "runId": run_id })).await;
             print_result(&result)?;
         }
         Ok(match result {

@@ -13,12 +13,9 @@ fn codemode(args: &[&str], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("codemode runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    // A process that exits before reading stdin (bad usage) closes the pipe;
+    // that is not a test failure.
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
     child.wait_with_output().unwrap()
 }
 
@@ -148,4 +145,151 @@ fn check_config_reports_every_problem_with_its_path() {
     assert!(text.contains("tools.codeMode.maxOutputBytes"), "{text}");
     assert!(text.contains("tools.codeMode.bogus"), "{text}");
     assert_eq!(out.status.code(), Some(0));
+}
+
+fn tools_file() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tools.json5")
+}
+
+#[test]
+fn cells_call_scripted_tools_from_a_tools_file() {
+    let tools = tools_file();
+    let out = codemode(
+        &["exec", "--tools", tools.to_str().unwrap()],
+        "const r = await tools.read({ path: 'README.md' });\nconst e = await tools.call('client:app:echo', { a: [1, 2] });\nlet err; try { await tools.charge({}); } catch (x) { err = x.message; }\nreturn { first: r.text.split('\\n')[0], e, err, n: ALL_TOOLS.length, f: (await tools.forecast({})).sky };",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = &results(&out)[0];
+    assert_eq!(r["value"]["first"], "# codemode");
+    assert_eq!(r["value"]["e"], serde_json::json!({"a": [1, 2]}));
+    assert_eq!(
+        r["value"]["err"],
+        "tool plugin:billing:charge failed: billing is offline"
+    );
+    assert_eq!(r["value"]["n"], 5);
+    assert_eq!(r["value"]["f"], "clear");
+    assert_eq!(r["telemetry"]["nestedCallCount"], 4);
+}
+
+#[test]
+fn deny_removes_tools_by_name_or_id() {
+    let tools = tools_file();
+    let out = codemode(
+        &[
+            "exec",
+            "--tools",
+            tools.to_str().unwrap(),
+            "--deny",
+            "read",
+            "--deny",
+            "client:app:echo",
+        ],
+        "let err; try { await tools.call('openclaw:core:read', {}); } catch (e) { err = e.message; }\nreturn { ids: ALL_TOOLS.map(t => t.id), err };",
+    );
+    let r = &results(&out)[0];
+    let ids = r["value"]["ids"].as_array().unwrap();
+    assert_eq!(ids.len(), 3, "{r}");
+    assert!(!ids.contains(&serde_json::json!("openclaw:core:read")));
+    assert!(
+        r["value"]["err"].as_str().unwrap().contains("no tool"),
+        "{r}"
+    );
+}
+
+#[test]
+fn follow_waits_for_slow_tools_in_the_same_process() {
+    let tools = tools_file();
+    let config = write_temp(
+        "fast.json5",
+        "{ tools: { codeMode: { enabled: true, timeoutMs: 1000 } } }",
+    );
+    let cell = "text('asked');\nconst report = await tools.slow_report();\nreturn report;";
+    let out = codemode(
+        &[
+            "exec",
+            "--config",
+            config.to_str().unwrap(),
+            "--tools",
+            tools.to_str().unwrap(),
+        ],
+        cell,
+    );
+    let r = results(&out);
+    assert_eq!(
+        r.len(),
+        1,
+        "without --follow only the first result is printed"
+    );
+    assert_eq!(r[0]["status"], "waiting", "{r:?}");
+    assert_eq!(
+        r[0]["pendingToolCalls"][0]["toolId"],
+        "client:app:slow_report"
+    );
+
+    let out = codemode(
+        &[
+            "exec",
+            "--follow",
+            "--config",
+            config.to_str().unwrap(),
+            "--tools",
+            tools.to_str().unwrap(),
+        ],
+        cell,
+    );
+    let r = results(&out);
+    let statuses: Vec<&str> = r.iter().map(|v| v["status"].as_str().unwrap()).collect();
+    assert!(statuses.len() >= 3, "{statuses:?}");
+    assert!(
+        statuses[..statuses.len() - 1]
+            .iter()
+            .all(|s| *s == "waiting"),
+        "{statuses:?}"
+    );
+    assert_eq!(r.last().unwrap()["value"], "report ready");
+    assert_eq!(
+        r.last().unwrap()["telemetry"]["waitCount"],
+        (statuses.len() - 1) as u64
+    );
+}
+
+#[test]
+fn bad_tools_files_name_the_entry_and_field() {
+    let bad = write_temp(
+        "bad-tools.json5",
+        "{ tools: [ { source: 'plugin', owner: 'p', name: 'ok', result: 1 }, { source: 'plugin', owner: 'p', name: 'slow', result: 1, delayMs: 'soon' } ] }",
+    );
+    let out = codemode(&["exec", "--tools", bad.to_str().unwrap()], "return 1");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("tools[1] (`slow`): field `delayMs` must be an integer"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_examples_run() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = codemode(
+        &[
+            "exec",
+            "--tools",
+            tools_file().to_str().unwrap(),
+            root.join("examples/tools.js").to_str().unwrap(),
+        ],
+        "",
+    );
+    let r = &results(&out)[0];
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["value"]["forecasts"][0], "Berlin: 21°C");
+    assert_eq!(
+        r["value"]["charge"],
+        "tool plugin:billing:charge failed: billing is offline"
+    );
 }

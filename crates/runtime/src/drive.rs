@@ -84,12 +84,18 @@ struct DriveCtx {
 
 /// What a drive of the VM ended in.
 enum Driven {
-    Done(CodeModeResult),
+    Done(Box<CodeModeResult>),
     Suspend {
         vm: Box<Vm>,
         reason: WaitReason,
         output: Vec<Output>,
     },
+}
+
+impl Driven {
+    fn done(result: CodeModeResult) -> Driven {
+        Driven::Done(Box::new(result))
+    }
 }
 
 fn limits_of(inner: &Inner) -> Limits {
@@ -151,7 +157,7 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                     Ok((vm, step)) => live(&ctx, &mut state, |ctx, state| {
                         drive(ctx, vm, step, state, VecDeque::new())
                     }),
-                    Err(e) => Driven::Done(host_failure(&e)),
+                    Err(e) => Driven::done(host_failure(&e)),
                 };
                 finish(&ctx, None, driven, state, started, &mut events)
             };
@@ -252,7 +258,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 return finish(
                     &ctx,
                     Some(&run_id),
-                    Driven::Done(result),
+                    Driven::done(result),
                     state,
                     started,
                     &mut events,
@@ -274,7 +280,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         let (arrived, aborted) = state.calls.arrived();
         let driven = if aborted {
             state.info.cancelled += state.calls.cancel_all() as u32;
-            Driven::Done(aborted_failure())
+            Driven::done(aborted_failure())
         } else {
             ready.extend(arrived.into_iter().map(|f| settlement(&ctx, f)));
             live(&ctx, &mut state, |ctx, state| {
@@ -296,7 +302,7 @@ where
     let key = codemode_sandbox::random_u64();
     ctx.scope.register(key, state.calls.sender());
     let driven = if ctx.scope.is_aborted() {
-        Driven::Done(aborted_failure())
+        Driven::done(aborted_failure())
     } else {
         f(ctx, state)
     };
@@ -311,8 +317,10 @@ where
     match tokio::task::spawn_blocking(work).await {
         Ok(result) => result,
         Err(e) => {
-            let mut telemetry = Telemetry::default();
-            telemetry.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+            let telemetry = Telemetry {
+                duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+                ..Telemetry::default()
+            };
             CodeModeResult::failure(
                 ErrorCode::InternalError,
                 format!("the sandbox thread failed: {e}"),
@@ -409,7 +417,7 @@ fn finish(
             }
             state.info.cancelled += state.calls.cancel_all() as u32;
             return with_telemetry(
-                result,
+                *result,
                 &state.info,
                 &state.catalog,
                 started,
@@ -553,7 +561,7 @@ fn drive(
         output.extend(convert_output(vm.take_output()));
         match step {
             Step::Completed(value) => finished = Some(value),
-            Step::Failed(failure) => return Driven::Done(failed(&vm, &failure, output)),
+            Step::Failed(failure) => return Driven::done(failed(&vm, &failure, output)),
             Step::Pending => {}
         }
         for request in vm.take_new_requests() {
@@ -562,7 +570,7 @@ fn drive(
         if let Some((id, settlement)) = ready.pop_front() {
             step = match vm.settle(id, settlement) {
                 Ok(step) => step,
-                Err(e) => return Driven::Done(host_failure(&e)),
+                Err(e) => return Driven::done(host_failure(&e)),
             };
             continue;
         }
@@ -571,7 +579,7 @@ fn drive(
         let outstanding = vm.outstanding_requests();
         if finished.is_none() {
             if outstanding.is_empty() {
-                return Driven::Done(CodeModeResult::Failed {
+                return Driven::done(CodeModeResult::Failed {
                     error: "the cell is waiting on a promise that nothing will ever settle (no tool calls are pending and there are no timers); \
                             make sure every awaited promise is resolved"
                         .into(),
@@ -590,9 +598,9 @@ fn drive(
         }
         if state.calls.in_flight() == 0 {
             if let Some(value) = finished {
-                return Driven::Done(completed(&vm, value, output));
+                return Driven::done(completed(&vm, value, output));
             }
-            return Driven::Done(CodeModeResult::failure(
+            return Driven::done(CodeModeResult::failure(
                 ErrorCode::InternalError,
                 "the cell waits on a host request this runtime does not track",
                 vm_telemetry(&vm, None),
@@ -610,12 +618,12 @@ fn drive(
             }
             Ok(Msg::Abort) => {
                 state.info.cancelled += state.calls.cancel_all() as u32;
-                return Driven::Done(aborted_failure());
+                return Driven::done(aborted_failure());
             }
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                 if let Some(value) = finished {
                     state.info.cancelled += state.calls.cancel_all() as u32;
-                    return Driven::Done(completed(&vm, value, output));
+                    return Driven::done(completed(&vm, value, output));
                 }
                 return Driven::Suspend {
                     vm: Box::new(vm),
