@@ -310,11 +310,27 @@ where
     driven
 }
 
+/// Runs a VM burst off the async executor: on a multi-thread runtime in
+/// place (`block_in_place` hands this worker's other tasks to another
+/// thread, and saves two thread hand-offs per exec), on a current-thread
+/// runtime on the blocking pool. A panic in `work` becomes `internal_error`.
 async fn blocking<F>(work: F, started: Instant) -> CodeModeResult
 where
     F: FnOnce() -> CodeModeResult + Send + 'static,
 {
-    match tokio::task::spawn_blocking(work).await {
+    let joined = if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        tokio::task::block_in_place(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+                .map_err(|_| "the sandbox thread panicked".to_owned())
+        })
+    } else {
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match joined {
         Ok(result) => result,
         Err(e) => {
             let telemetry = Telemetry {

@@ -1,24 +1,62 @@
-//! Code mode for agent runtimes: the `tools.codeMode` config, the `exec` /
-//! `wait` contract and its result union, on top of [`codemode_sandbox`].
+//! Code mode for agent runtimes: the `tools.codeMode` config, the hidden
+//! per-run tool catalog, nested tool calls, and the `exec` / `wait` contract
+//! with its result union, on top of [`codemode_sandbox`].
+//!
+//! # Embedding
+//!
+//! One [`CodeModeRuntime`] per process; one [`CodeModeSession`] per agent
+//! run, made from the run's [`RunContext`], its [`Catalog`] (built from the
+//! effective [`ToolDefinition`]s after policy) and a [`ToolExecutor`] that
+//! runs nested calls through the host's normal tool path.
 //!
 //! ```no_run
+//! use std::sync::Arc;
+//! use codemode_runtime::*;
+//! use serde_json::json;
+//!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use codemode_runtime::{CodeModeConfig, CodeModeRuntime};
+//! let (config, _diagnostics) = CodeModeConfig::from_json5("{ tools: { codeMode: true } }")?;
+//! let runtime = CodeModeRuntime::new(config)?; // once per process
 //!
-//! let (config, diagnostics) = CodeModeConfig::from_json5("{ tools: { codeMode: { enabled: true } } }")?;
-//! for d in &diagnostics { eprintln!("config: {d}"); }
-//! let runtime = CodeModeRuntime::new(config)?;
+//! // Per agent run: context, effective tools, executor.
+//! let tools = vec![ToolDefinition::new(ToolSource::Openclaw, "core", "weather")
+//!     .with_description("Weather for a city")
+//!     .with_parameters(json!({"type": "object", "properties": {"city": {"type": "string"}}}))];
+//! let executor = |call: NestedCall| -> ToolFuture {
+//!     Box::pin(async move { Ok(json!({ "city": call.input["city"], "tempC": 21 })) })
+//! };
+//! let context = RunContext { session_id: Some("s1".into()), run_id: Some("r1".into()), ..Default::default() };
+//! let session = runtime.session(context, Catalog::build(tools, &ToolPolicy::default())?, Arc::new(executor));
 //!
-//! let result = runtime.exec(&serde_json::json!({ "code": "text('hi'); return [1, 2].map(x => x * 2)" })).await;
-//! println!("{}", result.to_json()); // {"status":"completed","value":[2,4],"output":[...],"telemetry":{...}}
+//! // The provider payload holds exactly these two tools.
+//! let model_tools = session.model_tools();
 //!
-//! // A cell that yields comes back as `waiting`; `wait` resumes it.
-//! let waiting = runtime.exec(&serde_json::json!({ "code": "await yield_control('checkpoint'); return 'done'" })).await;
-//! let run_id = waiting.to_json()["runId"].as_str().unwrap_or_default().to_owned();
-//! let done = runtime.wait(&serde_json::json!({ "runId": run_id })).await;
-//! assert_eq!(done.to_json()["value"], "done");
-//! # Ok(()) }
+//! // The model's exec call: nested calls run through the executor.
+//! let result = session
+//!     .exec_call("toolu_1", &json!({ "code": "const w = await tools.weather({ city: 'Oslo' }); return w.tempC" }))
+//!     .await;
+//! match &result {
+//!     CodeModeResult::Waiting { run_id, .. } => {
+//!         // Slow calls: answer the model with `result`; its `wait` resumes.
+//!         let _ = session.wait_call("toolu_2", &json!({ "runId": run_id })).await;
+//!     }
+//!     _ => println!("{}", result.to_json()),
+//! }
+//! # let _ = model_tools; Ok(()) }
 //! ```
+//!
+//! A complete program: `examples/embed.rs`
+//! (`cargo run -p codemode-runtime --example embed`).
+//!
+//! # Guarantees
+//! - The guest sees only its run's catalog (`ALL_TOOLS`, `tools.*`; MCP
+//!   entries only through the `MCP` namespace); every bridge request is
+//!   re-validated by the host; denied and control tools do not exist there.
+//! - Nested calls that finish within `timeoutMs` are delivered in the same
+//!   exec/wait; calls still running at the deadline keep running while the
+//!   run waits as a snapshot.
+//! - Runs are bound to their scope (agent, session, agent run); abort,
+//!   expiry, run end and shutdown cancel in-flight calls and drop snapshots.
 
 mod calls;
 mod catalog;

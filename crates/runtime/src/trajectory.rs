@@ -5,6 +5,7 @@
 //! Records hold ids, names, sizes and outcomes, never tool inputs or
 //! results (SPEC §12: no unredacted inputs).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
@@ -63,11 +64,12 @@ pub enum TrajectoryEvent {
 /// A shared, append-only trajectory (cheap to clone).
 #[derive(Debug, Clone, Default)]
 pub struct Trajectory {
-    events: Arc<Mutex<Vec<TrajectoryEvent>>>,
+    events: Arc<Mutex<VecDeque<TrajectoryEvent>>>,
 }
 
-/// Records kept per trajectory; older ones are dropped first.
-const MAX_EVENTS: usize = 100_000;
+/// Records kept per trajectory; older ones are dropped first (a long-lived
+/// session must not grow without bound).
+const MAX_EVENTS: usize = 10_000;
 
 impl Trajectory {
     /// Appends a record (and logs it at debug level).
@@ -75,9 +77,9 @@ impl Trajectory {
         tracing::debug!(target: "codemode::trajectory", event = ?event);
         let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         if events.len() >= MAX_EVENTS {
-            events.remove(0);
+            events.pop_front();
         }
-        events.push(event);
+        events.push_back(event);
     }
 
     /// A copy of all records so far.
@@ -85,7 +87,9 @@ impl Trajectory {
         self.events
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// All records as JSON lines (one object per line).

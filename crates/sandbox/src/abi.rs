@@ -6,7 +6,7 @@ use wasmtime::{ExternType, Module, ValType};
 use crate::SandboxError;
 
 /// The ABI version this host speaks (`cm_abi_version()` must return it).
-pub(crate) const ABI_VERSION: i32 = 1;
+pub(crate) const ABI_VERSION: i32 = 2;
 
 pub(crate) const STATUS_COMPLETED: i32 = 0;
 pub(crate) const STATUS_FAILED: i32 = 1;
@@ -30,7 +30,7 @@ const FUNCTIONS: &[(&str, usize, bool)] = &[
     ("cm_abi_version", 0, true),
     ("cm_alloc", 1, true),
     ("cm_free", 2, false),
-    ("cm_run", 5, true),
+    ("cm_run", 7, true),
     ("cm_settle", 4, true),
     ("cm_out_ptr", 0, true),
     ("cm_out_len", 0, true),

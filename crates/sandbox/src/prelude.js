@@ -40,6 +40,7 @@
   const typedArrayProto = getPrototypeOf(Uint8Array.prototype);
   const request = natives.request;
   const emit = natives.emit;
+  const fastJson = natives.fastJson;
   const MAX_DEPTH = 200;
 
   // Math.random is seeded per run by the host (see the guest's cm_run).
@@ -48,6 +49,14 @@
   // ---- JSON adapter -------------------------------------------------------
   // Everything leaving the VM goes through toPlain: the result is made only of
   // null, booleans, finite numbers, strings, arrays and plain objects.
+  //
+  // Hot path (every tool call input passes here): plain objects and arrays
+  // skip the special-type checks, and the path of the value being converted
+  // is kept as a stack of keys that is only turned into text for an error.
+  const ObjectProto = Object.prototype;
+  const ArrayProto = Array.prototype;
+  const identifierKey = /^[A-Za-z_$][\w$]*$/;
+
   function hasProto(value, proto) {
     let p = getPrototypeOf(value);
     while (p !== null) {
@@ -57,11 +66,19 @@
     return false;
   }
 
-  function describePath(path) {
-    return path === "" ? "the value" : "value" + path;
+  function describePath(keys) {
+    if (keys.length === 0) return "the value";
+    let path = "value";
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i];
+      if (typeof key === "number") path += "[" + key + "]";
+      else path += identifierKey.test(key) ? "." + key : "[" + stringify(key) + "]";
+    }
+    return path;
   }
 
-  function toPlain(value, path, depth, ancestors) {
+  // keys: the path from the root to `value`; ancestors: the objects on it.
+  function toPlain(value, keys, ancestors) {
     switch (typeof value) {
       case "string":
       case "boolean":
@@ -76,29 +93,79 @@
         return undefined;
     }
     if (value === null) return null;
-    if (depth > MAX_DEPTH) {
-      throw new TypeErrorCtor(describePath(path) + " nests deeper than " + MAX_DEPTH + " levels");
+    if (ancestors.length > MAX_DEPTH) {
+      throw new TypeErrorCtor(describePath(keys) + " nests deeper than " + MAX_DEPTH + " levels");
     }
     if (ancestors.indexOf(value) !== -1) {
-      throw new TypeErrorCtor("cannot convert a cyclic structure to JSON: " + describePath(path) + " refers back to one of its parents");
+      throw new TypeErrorCtor("cannot convert a cyclic structure to JSON: " + describePath(keys) + " refers back to one of its parents");
     }
     ancestors.push(value);
     try {
-      return toPlainObject(value, path, depth, ancestors);
+      return toPlainObject(value, keys, ancestors);
     } finally {
       ancestors.pop();
     }
   }
 
-  function readProperty(value, key, path) {
+  /** Converts `value[key]` as the child at `key` of the current path. */
+  function child(v, key, keys, ancestors) {
+    keys.push(key);
+    const plain = toPlain(v, keys, ancestors);
+    keys.pop();
+    return plain;
+  }
+
+  function readProperty(value, key, keys) {
     try {
       return value[key];
     } catch (e) {
-      throw new TypeErrorCtor("cannot convert " + describePath(path) + " to JSON: reading it threw " + safeMessage(e));
+      keys.push(key);
+      throw new TypeErrorCtor("cannot convert " + describePath(keys) + " to JSON: reading it threw " + safeMessage(e));
     }
   }
 
-  function toPlainObject(value, path, depth, ancestors) {
+  function setKey(out, key, plain) {
+    if (key === "__proto__") defineProperty(out, key, { value: plain, enumerable: true, writable: true, configurable: true });
+    else out[key] = plain;
+  }
+
+  function plainArray(value, keys, ancestors) {
+    const out = [];
+    const n = value.length;
+    for (let i = 0; i < n; i++) {
+      out.push(orNull(child(readProperty(value, i, keys), i, keys, ancestors)));
+    }
+    return out;
+  }
+
+  function plainObject(value, keys, ancestors) {
+    const out = {};
+    const names = keysOf(value);
+    for (let i = 0; i < names.length; i++) {
+      const key = names[i];
+      const plain = child(readProperty(value, key, keys), key, keys, ancestors);
+      if (plain !== undefined) setKey(out, key, plain);
+    }
+    return out;
+  }
+
+  function applyToJSON(value, toJSON, keys, ancestors) {
+    let replaced;
+    try {
+      replaced = call(toJSON, value, "");
+    } catch (e) {
+      throw new TypeErrorCtor("cannot convert " + describePath(keys) + " to JSON: its toJSON() threw " + safeMessage(e));
+    }
+    return toPlain(replaced, keys, ancestors);
+  }
+
+  function toPlainObject(value, keys, ancestors) {
+    const proto = getPrototypeOf(value);
+    if (proto === ObjectProto || proto === null || proto === ArrayProto) {
+      const toJSON = readProperty(value, "toJSON", keys);
+      if (typeof toJSON === "function") return applyToJSON(value, toJSON, keys, ancestors);
+      return proto === ArrayProto && isArray(value) ? plainArray(value, keys, ancestors) : plainObject(value, keys, ancestors);
+    }
     if (hasProto(value, DateProto)) {
       const t = call(dateGetTime, value);
       return t === t ? call(dateToISOString, value) : null;
@@ -114,21 +181,23 @@
         const out = {};
         for (const [k, v] of entries) {
           const key = StringCtor(k);
-          const plain = toPlain(v, path + "[" + stringify(key) + "]", depth + 1, ancestors);
-          if (plain !== undefined) defineProperty(out, key, { value: plain, enumerable: true, writable: true, configurable: true });
+          const plain = child(v, key, keys, ancestors);
+          if (plain !== undefined) setKey(out, key, plain);
         }
         return out;
       }
-      return entries.map(([k, v], i) => [
-        orNull(toPlain(k, path + "[" + i + "][0]", depth + 1, ancestors)),
-        orNull(toPlain(v, path + "[" + i + "][1]", depth + 1, ancestors)),
-      ]);
+      return entries.map(([k, v], i) => {
+        keys.push(i);
+        const pair = [orNull(child(k, 0, keys, ancestors)), orNull(child(v, 1, keys, ancestors))];
+        keys.pop();
+        return pair;
+      });
     }
     if (hasProto(value, SetProto)) {
       const out = [];
       let i = 0;
       for (const v of call(setValues, value)) {
-        out.push(orNull(toPlain(v, path + "[" + i++ + "]", depth + 1, ancestors)));
+        out.push(orNull(child(v, i++, keys, ancestors)));
       }
       return out;
     }
@@ -136,40 +205,17 @@
     if (hasProto(value, PromiseProto)) return "[Promise: await it to get its value]";
     if (isView(value) && hasProto(value, typedArrayProto)) {
       const out = [];
-      for (let i = 0; i < value.length; i++) out.push(toPlain(value[i], path, depth + 1, ancestors));
+      for (let i = 0; i < value.length; i++) out.push(child(value[i], i, keys, ancestors));
       return out;
     }
     if (value instanceof ArrayBuffer) return {};
     if (hasProto(value, ErrorCtor.prototype)) {
-      return { name: StringCtor(readProperty(value, "name", path)), message: StringCtor(readProperty(value, "message", path)) };
+      return { name: StringCtor(readProperty(value, "name", keys)), message: StringCtor(readProperty(value, "message", keys)) };
     }
-    const toJSON = readProperty(value, "toJSON", path + ".toJSON");
-    if (typeof toJSON === "function") {
-      let replaced;
-      try {
-        replaced = call(toJSON, value, "");
-      } catch (e) {
-        throw new TypeErrorCtor("cannot convert " + describePath(path) + " to JSON: its toJSON() threw " + safeMessage(e));
-      }
-      return toPlain(replaced, path, depth + 1, ancestors);
-    }
-    if (isArray(value)) {
-      const out = [];
-      const n = value.length;
-      for (let i = 0; i < n; i++) {
-        out.push(orNull(toPlain(readProperty(value, i, path + "[" + i + "]"), path + "[" + i + "]", depth + 1, ancestors)));
-      }
-      return out;
-    }
-    const out = {};
-    const keys = keysOf(value);
-    for (let i = 0; i < keys.length; i++) {
-      const key = keys[i];
-      const sub = path + (/^[A-Za-z_$][\w$]*$/.test(key) ? "." + key : "[" + stringify(key) + "]");
-      const plain = toPlain(readProperty(value, key, sub), sub, depth + 1, ancestors);
-      if (plain !== undefined) defineProperty(out, key, { value: plain, enumerable: true, writable: true, configurable: true });
-    }
-    return out;
+    const toJSON = readProperty(value, "toJSON", keys);
+    if (typeof toJSON === "function") return applyToJSON(value, toJSON, keys, ancestors);
+    if (isArray(value)) return plainArray(value, keys, ancestors);
+    return plainObject(value, keys, ancestors);
   }
 
   function orNull(v) {
@@ -178,7 +224,8 @@
 
   /** JSON text of `value` after the adapter; top-level undefined is null. */
   function encode(value) {
-    return stringify(orNull(toPlain(value, "", 0, [])));
+    const fast = fastJson(value, ObjectProto, ArrayProto);
+    return fast !== undefined ? fast : stringify(orNull(toPlain(value, [], [])));
   }
 
   function safeMessage(e) {
@@ -218,7 +265,10 @@
 
   /** Starts host work and returns a promise the host settles later. */
   function hostRequest(method, params) {
-    const payload = stringify({ method: method, params: orNull(toPlain(params, "", 0, [])) });
+    const fast = fastJson(params, ObjectProto, ArrayProto);
+    const payload = fast !== undefined
+      ? '{"method":' + stringify(method) + ',"params":' + fast + "}"
+      : stringify({ method: method, params: orNull(toPlain(params, [], [])) });
     const id = request(payload);
     return new PromiseCtor((resolve, reject) => {
       pending[id] = [resolve, reject];
@@ -238,7 +288,7 @@
   defineGlobal("yield_control", yield_control);
 
   // ---- the run's catalog (ALL_TOOLS, tools) -------------------------------
-  // The host sends the run context before the cell starts. Nothing here is
+  // The host passes the run context with the cell (cm_run). Nothing here is
   // trusted by the host: search, describe and call are bridge requests the
   // host re-validates against the run's real catalog.
   function search(query, options) {
@@ -323,18 +373,16 @@
   }
 
   return {
-    run(cell, syntaxError) {
+    run(cell, syntaxError, contextText) {
       if (typeof cell !== "function") {
         state = FAILED;
         result = syntaxError;
         return;
       }
+      installRunGlobals(parseJson(contextText));
       state = RUNNING;
       result = null;
-      hostRequest("context", null).then((ctx) => {
-        installRunGlobals(ctx);
-        return cell();
-      }).then(
+      cell().then(
         (value) => { state = DONE; result = value; },
         (error) => { state = FAILED; result = error; },
       );
@@ -364,7 +412,7 @@
       }
     },
     status() {
-      if (state === RUNNING) return [2, null];
+      if (state === RUNNING) return 2;
       if (state === FAILED) return [1, stringify(errorInfo(result))];
       try {
         return [0, encode(result)];

@@ -120,7 +120,7 @@ impl Settlement {
 pub(crate) struct Funcs {
     pub(crate) alloc: TypedFunc<u32, u32>,
     pub(crate) free: TypedFunc<(u32, u32), ()>,
-    pub(crate) run: TypedFunc<(u32, u32, u32, u32, u32), i32>,
+    pub(crate) run: TypedFunc<(u32, u32, u32, u32, u32, u32, u32), i32>,
     pub(crate) settle: TypedFunc<(u32, u32, u32, u32), i32>,
 }
 
@@ -283,46 +283,32 @@ impl Vm {
         Ok((ptr, len))
     }
 
-    /// Runs one cell body. Called once, right after instantiation.
-    ///
-    /// The prelude asks for the run context (`{"method":"context"}`) before
-    /// the cell body starts; it is answered here with `context`, so callers
-    /// never see that request.
+    /// Runs one cell body with its run context (the JSON the prelude turns
+    /// into `ALL_TOOLS` and `tools`). Called once, right after instantiation.
     pub(crate) fn run_cell(&mut self, code: &str, context: &str) -> Result<Step, SandboxError> {
-        let step = self.run_body(code)?;
-        if step != Step::Pending {
-            return Ok(step);
-        }
-        let requests = &mut self.store.data_mut().new_requests;
-        let is_context = |r: &HostRequest| {
-            r.payload.get("method").and_then(serde_json::Value::as_str) == Some("context")
-        };
-        match requests.first() {
-            Some(first) if is_context(first) => {
-                let id = requests.remove(0).id;
-                self.settle(id, Settlement::ResolveJson(context.to_owned()))
-            }
-            _ => {
-                self.dead = true;
-                Ok(Step::Failed(Failure::host(
-                    FailureKind::Crashed,
-                    "the sandbox prelude did not ask for its run context",
-                )))
-            }
-        }
-    }
-
-    fn run_body(&mut self, code: &str) -> Result<Step, SandboxError> {
         let seed = crate::random_u64();
         let memory_limit = u32::try_from(self.limits.memory_limit_bytes).unwrap_or(u32::MAX);
         let code = code.as_bytes().to_vec();
+        let context = context.as_bytes().to_vec();
         self.enter(move |vm| {
-            let (ptr, len) = vm.write_buffer(&code)?;
+            let (code_ptr, code_len) = vm.write_buffer(&code)?;
+            let (context_ptr, context_len) = vm.write_buffer(&context)?;
             let status = vm.funcs.run.call(
                 &mut vm.store,
-                (ptr, len, memory_limit, seed as u32, (seed >> 32) as u32),
+                (
+                    code_ptr,
+                    code_len,
+                    context_ptr,
+                    context_len,
+                    memory_limit,
+                    seed as u32,
+                    (seed >> 32) as u32,
+                ),
             )?;
-            vm.funcs.free.call(&mut vm.store, (ptr, len))?;
+            vm.funcs.free.call(&mut vm.store, (code_ptr, code_len))?;
+            vm.funcs
+                .free
+                .call(&mut vm.store, (context_ptr, context_len))?;
             Ok(status)
         })
     }

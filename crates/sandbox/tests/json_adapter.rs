@@ -163,3 +163,107 @@ fn rejected_host_requests_arrive_as_plain_errors() {
         Step::Completed(json!([true, "tool said no", true, "string"]))
     );
 }
+
+mod native_fast_path {
+    //! The guest's native encoder (plain objects, arrays and primitives)
+    //! must give exactly what `JSON.stringify` gives for such values, and
+    //! hand everything else to the JavaScript adapter.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A JavaScript expression for a plain value (arrays, objects made with
+    /// `Object.fromEntries` so that `__proto__` is an ordinary key).
+    fn plain_value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("undefined".to_owned()),
+            any::<bool>().prop_map(|b| b.to_string()),
+            any::<i32>().prop_map(|n| format!("({n})")),
+            any::<i64>().prop_map(|n| format!("({n})")),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| format!("({f:?})")),
+            Just("(-0)".to_owned()),
+            Just("NaN".to_owned()),
+            Just("(() => 1)".to_owned()),
+            any::<String>().prop_map(|s| serde_json::to_string(&s).unwrap()),
+            Just("\"\\u2028 \\\" \\\\ \\n \\u0000 é 😀\"".to_owned()),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6)
+                    .prop_map(|items| format!("[{}]", items.join(", "))),
+                prop::collection::vec(
+                    (
+                        prop_oneof![
+                            any::<String>(),
+                            Just("__proto__".to_owned()),
+                            Just("0".to_owned())
+                        ],
+                        inner
+                    ),
+                    0..6
+                )
+                .prop_map(|entries| {
+                    let entries: Vec<String> = entries
+                        .iter()
+                        .map(|(k, v)| format!("[{}, {v}]", serde_json::to_string(k).unwrap()))
+                        .collect();
+                    format!("Object.fromEntries([{}])", entries.join(", "))
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+        #[test]
+        fn fast_encoding_equals_json_stringify(expr in plain_value()) {
+            let code = format!("const v = {expr};\nreturn {{ encoded: [v], text: JSON.stringify([v]) }};");
+            let out = value(&code);
+            let text = out["text"].as_str().unwrap();
+            let expected: serde_json::Value = serde_json::from_str(text).unwrap();
+            prop_assert!(same(&out["encoded"], &expected), "{} gave {} but JSON.stringify {}", expr, out["encoded"], expected);
+        }
+    }
+
+    /// Equal JSON, except that numbers may differ in the last bits: QuickJS's
+    /// own number printing is not always the shortest round trip (it printed
+    /// `2.167418650819271e+254` for `2.1674186508192707e254`), while the
+    /// native encoder writes the exact double.
+    fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+        use serde_json::Value as V;
+        match (a, b) {
+            (V::Number(x), V::Number(y)) => {
+                let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+                x == y || ((x - y).abs() / x.abs().max(y.abs())) < 1e-15
+            }
+            (V::Array(x), V::Array(y)) => {
+                x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y))
+            }
+            (V::Object(x), V::Object(y)) => {
+                x.len() == y.len()
+                    && x.iter()
+                        .zip(y)
+                        .all(|((kx, vx), (ky, vy))| kx == ky && same(vx, vy))
+            }
+            _ => a == b,
+        }
+    }
+
+    #[test]
+    fn values_that_are_not_plain_still_use_the_adapter() {
+        assert_eq!(
+            value(
+                "class P { constructor() { this.x = 1; } }\nreturn [new P(), Object.assign(Object.create(null), { y: 2 }), { d: new Date(0) }, { toJSON() { return 'j'; } }, new Proxy({ z: 3 }, {})]"
+            ),
+            json!([{"x": 1}, {"y": 2}, {"d": "1970-01-01T00:00:00.000Z"}, "j", {"z": 3}])
+        );
+        let failure = failure("const o = { get boom() { throw new Error('no'); } };\nreturn o");
+        assert!(
+            failure.message.contains("value.boom"),
+            "{}",
+            failure.message
+        );
+    }
+}

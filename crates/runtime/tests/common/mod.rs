@@ -104,8 +104,10 @@ impl ToolExecutor for Scripted {
                     Ok(v)
                 }
                 Some(Behaviour::Gate(gate)) => {
-                    let permit = gate.acquire().await;
-                    drop(permit);
+                    // One permit opens one call.
+                    if let Ok(permit) = gate.acquire().await {
+                        permit.forget();
+                    }
                     Ok(call.input.clone())
                 }
                 Some(Behaviour::Panic) => panic!("scripted panic"),
