@@ -116,11 +116,15 @@ impl Settlement {
     }
 }
 
+/// `cm_run(code_ptr, code_len, context_ptr, context_len, memory_limit,
+/// seed_lo, seed_hi)`.
+type RunParams = (u32, u32, u32, u32, u32, u32, u32);
+
 #[derive(Clone)]
 pub(crate) struct Funcs {
     pub(crate) alloc: TypedFunc<u32, u32>,
     pub(crate) free: TypedFunc<(u32, u32), ()>,
-    pub(crate) run: TypedFunc<(u32, u32, u32, u32, u32, u32, u32), i32>,
+    pub(crate) run: TypedFunc<RunParams, i32>,
     pub(crate) settle: TypedFunc<(u32, u32, u32, u32), i32>,
 }
 
