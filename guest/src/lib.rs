@@ -64,8 +64,10 @@ unsafe extern "C" {
 struct Vm {
     runtime: Runtime,
     context: Context,
-    /// The object the prelude returned: `run`, `settle`, `status`, `take`.
+    /// The object the prelude returned: `run`, `settle`, `status`.
     hooks: Persistent<Object<'static>>,
+    /// `hooks.status`, looked up once: it is called after every burst.
+    status: Persistent<Function<'static>>,
 }
 
 /// QuickJS's allocator, held to the per-run heap limit. A refusal is
@@ -247,6 +249,9 @@ fn native_emit(kind: i32, payload: String) -> i32 {
     unsafe { host_emit(kind, payload.as_ptr(), payload.len()) }
 }
 
+/// The prelude's hooks object and its `status` function.
+type HookHandles = (Persistent<Object<'static>>, Persistent<Function<'static>>);
+
 /// # Safety
 /// `ptr`/`len` must describe a buffer from `cm_alloc` holding the prelude.
 #[unsafe(no_mangle)]
@@ -264,7 +269,7 @@ pub unsafe extern "C" fn cm_init(ptr: *const u8, len: usize) -> i32 {
         Ok(cx) => cx,
         Err(e) => return abi_error(&format!("QuickJS context: {e}")),
     };
-    let hooks = context.with(|ctx| -> Result<Persistent<Object<'static>>, String> {
+    let hooks = context.with(|ctx| -> Result<HookHandles, String> {
         let setup: Function = ctx.eval(prelude).map_err(|e| describe_exception(&ctx, e))?;
         let natives = Object::new(ctx.clone()).map_err(|e| e.to_string())?;
         natives
@@ -282,15 +287,17 @@ pub unsafe extern "C" fn cm_init(ptr: *const u8, len: usize) -> i32 {
         let hooks: Object = setup
             .call((natives,))
             .map_err(|e| describe_exception(&ctx, e))?;
-        Ok(Persistent::save(&ctx, hooks))
+        let status: Function = hooks.get("status").map_err(|e| e.to_string())?;
+        Ok((Persistent::save(&ctx, hooks), Persistent::save(&ctx, status)))
     });
     match hooks {
-        Ok(hooks) => {
+        Ok((hooks, status)) => {
             VM.with(|vm| {
                 *vm.borrow_mut() = Some(Vm {
                     runtime,
                     context,
                     hooks,
+                    status,
                 })
             });
             set_out(b"");
@@ -313,6 +320,7 @@ fn fast_json<'js>(
     array_proto: Object<'js>,
 ) -> rquickjs::Result<Value<'js>> {
     let mut writer = JsonWriter {
+        to_json: rquickjs::Atom::from_str(ctx.clone(), "toJSON")?,
         out: String::new(),
         stack: Vec::new(),
         object_proto: object_proto.into_value(),
@@ -340,6 +348,7 @@ enum Written {
 }
 
 struct JsonWriter<'js> {
+    to_json: rquickjs::Atom<'js>,
     out: String,
     stack: Vec<Value<'js>>,
     object_proto: Value<'js>,
@@ -413,7 +422,7 @@ impl<'js> JsonWriter<'js> {
         if !plain {
             return Ok(Written::Fallback);
         }
-        let to_json: Value = object.get("toJSON")?;
+        let to_json: Value = object.get(self.to_json.clone())?;
         if !to_json.is_undefined() && !to_json.is_null() {
             return Ok(Written::Fallback);
         }
@@ -448,14 +457,14 @@ impl<'js> JsonWriter<'js> {
     fn properties(&mut self, object: &Object<'js>) -> rquickjs::Result<Written> {
         self.out.push('{');
         let mut first = true;
-        for key in object.keys::<String>() {
+        for key in object.keys::<rquickjs::Atom>() {
             let key = key?;
-            let item: Value = object.get(key.as_str())?;
+            let item: Value = object.get(key.clone())?;
             let mark = self.out.len();
             if !first {
                 self.out.push(',');
             }
-            self.out.push_str(&json_string(&key));
+            self.out.push_str(&json_string(&key.to_string()?));
             self.out.push(':');
             match self.value(&item)? {
                 Written::Value => first = false,
@@ -513,11 +522,11 @@ where
         // lock itself.
         drain_jobs(&vm.runtime);
         vm.context.with(|ctx| {
-            let hooks = match vm.hooks.clone().restore(&ctx) {
+            let status = match vm.status.clone().restore(&ctx) {
                 Ok(h) => h,
                 Err(e) => return abi_error(&format!("hooks: {e}")),
             };
-            match report_status(&ctx, &hooks) {
+            match report_status(&ctx, &status) {
                 Ok(status) => status,
                 Err(e) => report_vm_failure(&ctx, e),
             }
@@ -542,8 +551,7 @@ fn drain_jobs(runtime: &Runtime) {
     }
 }
 
-fn report_status<'js>(ctx: &Ctx<'js>, hooks: &Object<'js>) -> rquickjs::Result<i32> {
-    let status: Function = hooks.get("status")?;
+fn report_status<'js>(ctx: &Ctx<'js>, status: &Function<'js>) -> rquickjs::Result<i32> {
     let result: Value = status.call(())?;
     // A bare number: a status without payload (pending, the common case).
     if let Some(code) = result.as_int() {

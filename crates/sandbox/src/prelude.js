@@ -263,11 +263,12 @@
   // uncaught one fails the cell with that code. Cell code cannot reach it.
   const hostErrorCodes = new WeakMapCtor();
 
-  /** Starts host work and returns a promise the host settles later. */
+  /** Starts host work and returns a promise the host settles later.
+   * `method` is always one of this prelude's own constants (no quoting). */
   function hostRequest(method, params) {
     const fast = fastJson(params, ObjectProto, ArrayProto);
     const payload = fast !== undefined
-      ? '{"method":' + stringify(method) + ',"params":' + fast + "}"
+      ? '{"method":"' + method + '","params":' + fast + "}"
       : stringify({ method: method, params: orNull(toPlain(params, [], [])) });
     const id = request(payload);
     return new PromiseCtor((resolve, reject) => {
