@@ -288,7 +288,10 @@ pub unsafe extern "C" fn cm_init(ptr: *const u8, len: usize) -> i32 {
             .call((natives,))
             .map_err(|e| describe_exception(&ctx, e))?;
         let status: Function = hooks.get("status").map_err(|e| e.to_string())?;
-        Ok((Persistent::save(&ctx, hooks), Persistent::save(&ctx, status)))
+        Ok((
+            Persistent::save(&ctx, hooks),
+            Persistent::save(&ctx, status),
+        ))
     });
     match hooks {
         Ok((hooks, status)) => {
