@@ -293,3 +293,23 @@ fn the_examples_run() {
         "tool plugin:billing:charge failed: billing is offline"
     );
 }
+
+#[test]
+fn typescript_cells_run_with_language_typescript() {
+    let out = codemode(
+        &["exec", "--language", "typescript"],
+        "interface P { x: number }\nenum E { A = 2 }\nconst p: P = { x: E.A };\nreturn p.x as number;",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let r = &results(&out)[0];
+    assert_eq!(r["value"], 2, "{r}");
+    assert_eq!(r["telemetry"]["language"], "typescript");
+    let out = codemode(&["exec"], "import fs from 'fs';\nreturn 1");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(results(&out)[0]["code"], "module_access_denied");
+}

@@ -16,10 +16,13 @@ use codemode_sandbox::{
 };
 use serde_json::{Map, Value};
 
+use codemode_transform::Transformed;
+
 use crate::calls::{Calls, Finished, Msg};
 use crate::catalog::Catalog;
 use crate::config::Language;
 use crate::input::{ExecInput, WaitInput};
+use crate::prepare::prepare;
 use crate::result::{
     CodeModeResult, ErrorCode, Output, PendingToolCall, SnapshotEvent, Telemetry, WaitReason,
 };
@@ -52,6 +55,8 @@ pub(crate) struct RunState {
     calls: Calls,
     /// Request ids of `yield_control` calls, resolved on resume.
     yields: Vec<u32>,
+    /// TypeScript cells: positions in the generated code → the source.
+    source_map: Option<Arc<Transformed>>,
 }
 
 impl RunState {
@@ -69,6 +74,7 @@ impl RunState {
             },
             calls: Calls::new(session.trajectory.clone()),
             yields: Vec::new(),
+            source_map: None,
         }
     }
 }
@@ -128,16 +134,23 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
     let result = match ExecInput::parse(raw, &inner.config) {
         Err(e) => CodeModeResult::failure(e.code, e.message, Telemetry::default()),
         Ok(_) if session.scope.is_aborted() => aborted_failure(),
-        Ok(input) if input.language == Language::TypeScript => {
-            info.language = Some(input.language);
-            CodeModeResult::failure(
-                ErrorCode::UnsupportedLanguage,
-                "TypeScript cells are not available in this build yet; send the cell as JavaScript",
-                Telemetry::default(),
-            )
-        }
         Ok(input) => {
-            let state = RunState::new(session, call_id, input.language);
+            info.language = Some(input.language);
+            let prepared = match prepare(&input) {
+                Ok(prepared) => prepared,
+                Err(refused) => {
+                    let failed = CodeModeResult::failure(
+                        refused.code,
+                        refused.message,
+                        Telemetry::default(),
+                    );
+                    let result =
+                        with_telemetry(failed, &info, &session.catalog, started, Vec::new());
+                    return record_call(session, call_id, "exec", result);
+                }
+            };
+            let mut state = RunState::new(session, call_id, input.language);
+            state.source_map = prepared.source_map;
             let ctx = DriveCtx {
                 limits: limits_of(&inner),
                 deadline: Instant::now() + Duration::from_millis(inner.config.timeout_ms),
@@ -145,7 +158,7 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 handle: tokio::runtime::Handle::current(),
                 scope: Arc::clone(&session.scope),
             };
-            let code = input.code;
+            let code = prepared.code;
             let work = move || {
                 let mut state = state;
                 let mut events = Vec::new();
@@ -366,9 +379,20 @@ fn record_call_run(
         CodeModeResult::Waiting { run_id, .. } => Some(run_id.clone()),
         _ => run_id.map(str::to_owned),
     };
+    let language = &result.telemetry().language;
     session.trajectory.record(TrajectoryEvent::CodeModeCall {
         call_id: call_id.to_owned(),
         tool,
+        tool_kind: if tool == "exec" {
+            "code_mode_exec"
+        } else {
+            "code_mode_wait"
+        },
+        tool_input_kind: (tool == "exec").then_some(if language == "typescript" {
+            "typescript"
+        } else {
+            "javascript"
+        }),
         run_id,
         status: result.status(),
         code: result.code().map(ErrorCode::as_str),
@@ -577,7 +601,9 @@ fn drive(
         output.extend(convert_output(vm.take_output()));
         match step {
             Step::Completed(value) => finished = Some(value),
-            Step::Failed(failure) => return Driven::done(failed(&vm, &failure, output)),
+            Step::Failed(failure) => {
+                return Driven::done(failed(&vm, &failure, output, state.source_map.as_deref()));
+            }
             Step::Pending => {}
         }
         for request in vm.take_new_requests() {
@@ -890,7 +916,12 @@ fn completed(vm: &Vm, value: Value, output: Vec<Output>) -> CodeModeResult {
     }
 }
 
-fn failed(vm: &Vm, failure: &Failure, output: Vec<Output>) -> CodeModeResult {
+fn failed(
+    vm: &Vm,
+    failure: &Failure,
+    output: Vec<Output>,
+    source_map: Option<&Transformed>,
+) -> CodeModeResult {
     let host_code = failure.code.as_deref().and_then(ErrorCode::from_wire);
     let code = match failure.kind {
         FailureKind::Exception => host_code,
@@ -906,9 +937,16 @@ fn failed(vm: &Vm, failure: &Failure, output: Vec<Output>) -> CodeModeResult {
         (Some(name), FailureKind::Exception) => format!("{name}: {}", failure.message),
         _ => failure.message.clone(),
     };
-    match (failure.line, failure.column) {
-        (Some(line), Some(column)) => error.push_str(&format!(" (line {line}, column {column})")),
-        (Some(line), None) => error.push_str(&format!(" (line {line})")),
+    match (failure.line, failure.column, source_map) {
+        (Some(line), column, Some(map)) => {
+            // The model wrote TypeScript: name its line, not the generated one.
+            let (line, column) = map.original_position(line, column.unwrap_or(1));
+            error.push_str(&format!(" (line {line}, column {column})"));
+        }
+        (Some(line), Some(column), None) => {
+            error.push_str(&format!(" (line {line}, column {column})"));
+        }
+        (Some(line), None, None) => error.push_str(&format!(" (line {line})")),
         _ => {}
     }
     let limit = match failure.kind {

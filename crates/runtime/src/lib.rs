@@ -63,6 +63,7 @@ mod catalog;
 mod config;
 mod drive;
 mod input;
+mod prepare;
 mod result;
 mod runtime;
 mod session;
@@ -77,8 +78,16 @@ pub use catalog::{
 pub use session::{
     CodeModeSession, NestedCall, RunContext, ToolCallError, ToolExecutor, ToolFuture,
 };
-pub use surface::{ModelTool, SurfaceError, check_model_tools, model_tools};
+pub use surface::{
+    ExecHookMetadata, ModelTool, SurfaceError, check_model_tools, exec_hook_metadata, model_tools,
+};
 pub use trajectory::{Trajectory, TrajectoryEvent};
+
+/// Whether the TypeScript transformer was ever set up in this process: it is
+/// set up by the first TypeScript cell, never by JavaScript cells.
+pub fn typescript_transformer_initialised() -> bool {
+    codemode_transform::typescript_transformer_initialised()
+}
 
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use input::{ExecInput, InputError, WaitInput};

@@ -114,3 +114,39 @@ pub fn check_model_tools(names: &[&str]) -> Result<(), SurfaceError> {
         })
     }
 }
+
+/// What hooks and policies see of an outer `exec` call: its kind and the
+/// cell's language (from the raw input, before validation; a missing or
+/// unknown language counts as `javascript`, which exec then refuses or runs).
+///
+/// ```
+/// let meta = codemode_runtime::exec_hook_metadata(&serde_json::json!({"code": "let x: number = 1", "language": "typescript"}));
+/// assert_eq!(meta.to_json(), serde_json::json!({"toolKind": "code_mode_exec", "toolInputKind": "typescript"}));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecHookMetadata {
+    /// Always `code_mode_exec`.
+    pub tool_kind: &'static str,
+    /// `javascript` or `typescript`.
+    pub tool_input_kind: &'static str,
+}
+
+impl ExecHookMetadata {
+    /// The metadata as a JSON object (`toolKind`, `toolInputKind`).
+    pub fn to_json(&self) -> Value {
+        json!({ "toolKind": self.tool_kind, "toolInputKind": self.tool_input_kind })
+    }
+}
+
+/// The hook metadata of an `exec` input (see [`ExecHookMetadata`]).
+pub fn exec_hook_metadata(raw_input: &Value) -> ExecHookMetadata {
+    let language = raw_input.get("language").and_then(Value::as_str);
+    ExecHookMetadata {
+        tool_kind: "code_mode_exec",
+        tool_input_kind: match language.and_then(Language::parse) {
+            Some(Language::TypeScript) => "typescript",
+            _ => "javascript",
+        },
+    }
+}

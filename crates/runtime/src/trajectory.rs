@@ -21,6 +21,12 @@ pub enum TrajectoryEvent {
         call_id: String,
         /// `exec` or `wait`.
         tool: &'static str,
+        /// `code_mode_exec` or `code_mode_wait` (what hooks see).
+        #[serde(rename = "toolKind")]
+        tool_kind: &'static str,
+        /// For exec: `javascript` or `typescript`.
+        #[serde(rename = "toolInputKind", skip_serializing_if = "Option::is_none")]
+        tool_input_kind: Option<&'static str>,
         /// The code-mode run it belongs to, once it has one.
         #[serde(rename = "runId", skip_serializing_if = "Option::is_none")]
         run_id: Option<String>,

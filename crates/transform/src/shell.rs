@@ -10,27 +10,29 @@ use oxc_ast::ast::{BinaryOperator, Expression, Statement};
 use oxc_parser::{ParseOptions, Parser};
 use oxc_span::SourceType;
 
+use crate::Dialect;
+
 /// Commands a model typically sends as a shell line.
 const COMMANDS: &[&str] = &[
     "apt", "apt-get", "awk", "bash", "brew", "bun", "cargo", "cat", "cd", "chmod", "chown", "cp",
-    "curl", "date", "deno", "df", "diff", "docker", "du", "echo", "egrep", "env", "export", "fd",
-    "find", "gh", "git", "go", "grep", "head", "kill", "kubectl", "less", "ls", "make", "man",
-    "mkdir", "more", "mv", "nano", "node", "npm", "npx", "pip", "pip3", "pnpm", "printf", "ps",
-    "pwd", "python", "python3", "rg", "rm", "rmdir", "rustc", "scp", "sed", "sh", "sort", "source",
-    "ssh", "sudo", "tail", "tar", "top", "touch", "tree", "uniq", "unzip", "vim", "wc", "wget",
-    "which", "whoami", "xargs", "yarn", "zip", "zsh",
+    "curl", "date", "deno", "df", "diff", "docker", "du", "echo", "egrep", "env", "fd", "find",
+    "gh", "git", "go", "grep", "head", "kill", "kubectl", "less", "ls", "make", "man", "mkdir",
+    "more", "mv", "nano", "node", "npm", "npx", "pip", "pip3", "pnpm", "printf", "ps", "pwd",
+    "python", "python3", "rg", "rm", "rmdir", "rustc", "scp", "sed", "sh", "sort", "ssh", "sudo",
+    "tail", "tar", "top", "touch", "tree", "uniq", "unzip", "vim", "wc", "wget", "which", "whoami",
+    "xargs", "yarn", "zip", "zsh",
 ];
 
 /// Why `source` looks like a shell command line, or `None` for (anything
-/// that may be) JavaScript.
+/// that may be) a program in `dialect`.
 ///
 /// ```
-/// use codemode_transform::looks_like_shell_command;
-/// assert!(looks_like_shell_command("ls -la").is_some());
-/// assert!(looks_like_shell_command("cat README.md | head").is_some());
-/// assert!(looks_like_shell_command("const ls = 1; return ls - 1").is_none());
+/// use codemode_transform::{looks_like_shell_command, Dialect};
+/// assert!(looks_like_shell_command("ls -la", Dialect::JavaScript).is_some());
+/// assert!(looks_like_shell_command("cat README.md | head", Dialect::JavaScript).is_some());
+/// assert!(looks_like_shell_command("const ls = 1; return ls - 1", Dialect::JavaScript).is_none());
 /// ```
-pub fn looks_like_shell_command(source: &str) -> Option<String> {
+pub fn looks_like_shell_command(source: &str, dialect: Dialect) -> Option<String> {
     let text = source.trim();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     if lines.is_empty() || lines.len() > 3 {
@@ -45,7 +47,7 @@ pub fn looks_like_shell_command(source: &str) -> Option<String> {
     if !known {
         return None;
     }
-    let shell_like = match parse_shape(text) {
+    let shell_like = match parse_shape(text, dialect) {
         // Not JavaScript at all: `git status`, `cat a.md | head`.
         Shape::NotJavaScript => true,
         // JavaScript only by accident: `pwd`, `ls -la` (`ls - la`).
@@ -76,13 +78,17 @@ enum Shape {
     Program,
 }
 
-fn parse_shape(text: &str) -> Shape {
+fn parse_shape(text: &str, dialect: Dialect) -> Shape {
     let allocator = Allocator::default();
     let options = ParseOptions {
         allow_return_outside_function: true,
         ..ParseOptions::default()
     };
-    let parsed = Parser::new(&allocator, text, SourceType::mjs())
+    let source_type = match dialect {
+        Dialect::JavaScript => SourceType::mjs(),
+        Dialect::TypeScript => SourceType::ts(),
+    };
+    let parsed = Parser::new(&allocator, text, source_type)
         .with_options(options)
         .parse();
     if parsed.panicked || !parsed.diagnostics.is_empty() {
@@ -140,7 +146,10 @@ mod tests {
             "python3 -m http.server",
             "sudo apt-get install jq",
         ] {
-            assert!(looks_like_shell_command(line).is_some(), "{line}");
+            assert!(
+                looks_like_shell_command(line, Dialect::JavaScript).is_some(),
+                "{line}"
+            );
         }
     }
 
@@ -161,14 +170,18 @@ mod tests {
             "const files = ALL_TOOLS.map(t => t.id);\nreturn files;",
             "node.children.length",
             "env.HOME",
+            "export const x = 1;",
         ] {
-            assert!(looks_like_shell_command(code).is_none(), "{code}");
+            assert!(
+                looks_like_shell_command(code, Dialect::JavaScript).is_none(),
+                "{code}"
+            );
         }
     }
 
     #[test]
     fn the_message_says_what_to_do() {
-        let message = looks_like_shell_command("ls -la").unwrap_or_default();
+        let message = looks_like_shell_command("ls -la", Dialect::JavaScript).unwrap_or_default();
         assert!(
             message.contains("JavaScript") && message.contains("tools.search"),
             "{message}"
