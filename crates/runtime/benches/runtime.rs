@@ -12,6 +12,7 @@
 )]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use codemode_runtime::{
@@ -25,6 +26,8 @@ use tokio::sync::Semaphore;
 
 struct Tools {
     gate: Arc<Semaphore>,
+    /// Gated calls that got their permit (about to return their result).
+    passed: Arc<AtomicUsize>,
 }
 
 impl ToolExecutor for Tools {
@@ -37,11 +40,13 @@ impl ToolExecutor for Tools {
             }
             "gated" => {
                 let gate = Arc::clone(&self.gate);
+                let passed = Arc::clone(&self.passed);
                 Box::pin(async move {
                     // One permit per call: forget it instead of returning it.
                     if let Ok(permit) = gate.acquire().await {
                         permit.forget();
                     }
+                    passed.fetch_add(1, Ordering::SeqCst);
                     Ok(json!("done"))
                 })
             }
@@ -53,7 +58,12 @@ impl ToolExecutor for Tools {
 fn setup(
     timeout_ms: u64,
     max_suspended_runs: usize,
-) -> (CodeModeRuntime, Arc<CodeModeSession>, Arc<Semaphore>) {
+) -> (
+    CodeModeRuntime,
+    Arc<CodeModeSession>,
+    Arc<Semaphore>,
+    Arc<AtomicUsize>,
+) {
     let (config, _) = CodeModeConfig::from_json5(&format!(
         "{{tools:{{codeMode:{{enabled:true, timeoutMs:{timeout_ms}, snapshotTtlSeconds: 3600}}}}}}"
     ))
@@ -71,14 +81,16 @@ fn setup(
         ToolDefinition::new(ToolSource::Client, "app", "gated").with_description("Waits"),
     ];
     let gate = Arc::new(Semaphore::new(0));
+    let passed = Arc::new(AtomicUsize::new(0));
     let session = Arc::new(runtime.session(
         RunContext::default(),
         Catalog::build(tools, &ToolPolicy::default()).unwrap(),
         Arc::new(Tools {
             gate: Arc::clone(&gate),
+            passed: Arc::clone(&passed),
         }),
     ));
-    (runtime, session, gate)
+    (runtime, session, gate, passed)
 }
 
 const FIFTY_CALLS: &str = "let sum = 0;\nfor (let i = 0; i < 50; i++) sum += (await tools.double({ n: i })).n;\nreturn sum;";
@@ -89,7 +101,7 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let (_runtime, session, gate) = setup(10_000, 2048);
+    let (_runtime, session, gate, _) = setup(10_000, 2048);
 
     let r = rt
         .block_on(session.exec(&json!({ "code": FIFTY_CALLS })))
@@ -103,7 +115,7 @@ fn bench(c: &mut Criterion) {
     });
 
     // wait on a suspended cell whose call has finished: time only the wait.
-    let (_runtime, session, gate2) = setup(100, 2048);
+    let (_runtime, session, gate2, passed) = setup(100, 2048);
     drop(gate);
     c.bench_function("wait: suspended cell, call finished -> completed", |b| {
         b.iter_custom(|iters| {
@@ -116,9 +128,14 @@ fn bench(c: &mut Criterion) {
                     )
                     .to_json();
                 assert_eq!(waiting["status"], "waiting", "{waiting}");
+                let before = passed.load(Ordering::SeqCst);
                 gate2.add_permits(1);
-                // Let the call finish on the tokio runtime before timing.
-                std::thread::sleep(Duration::from_micros(300));
+                // Time only the wait: the call must have finished and sent
+                // its result before the clock starts.
+                while passed.load(Ordering::SeqCst) == before {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(Duration::from_micros(200));
                 let input = json!({ "runId": waiting["runId"] });
                 let started = Instant::now();
                 let done = rt.block_on(session.wait(&input));
@@ -145,7 +162,7 @@ fn rss_bytes() -> usize {
 /// 1,000 runs suspended at once (each with one in-flight call), within a
 /// store bounded at 1,024.
 fn held_runs(rt: &tokio::runtime::Runtime) {
-    let (runtime, session, _gate) = setup(100, 1024);
+    let (runtime, session, _gate, _) = setup(100, 1024);
     let code = "const big = []; for (let i = 0; i < 100; i++) big.push({ i, s: 'x' + i });\nconst r = await tools.gated({});\nreturn big.length;";
     let rss_before = rss_bytes();
     let started = Instant::now();

@@ -19,29 +19,40 @@ use oxc_transformer::{TransformOptions, Transformer};
 
 use crate::line_column;
 
+/// `(generated line, generated column, source line, source column)`, all
+/// 0-based, sorted by generated position.
+type Tokens = Vec<(u32, u32, u32, u32)>;
+
 /// A transformed cell.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// The position map is built only when asked for (an error to report): the
+/// transform is deterministic, so it is re-run once with a source map, and
+/// the common path does not pay for one.
+#[derive(Debug)]
 pub struct Transformed {
     /// The JavaScript to run.
     pub code: String,
-    /// `(generated line, generated column, source line, source column)`,
-    /// all 0-based, sorted by generated position.
-    tokens: Vec<(u32, u32, u32, u32)>,
+    source: String,
+    tokens: OnceLock<Tokens>,
 }
 
 impl Transformed {
     /// Maps a 1-based position in [`Transformed::code`] to the 1-based
     /// position in the TypeScript source it came from.
     pub fn original_position(&self, line: u32, column: u32) -> (u32, u32) {
+        let tokens = self.tokens.get_or_init(|| {
+            with_arena(|allocator| transform_in(allocator, &self.source, true))
+                .map(|(_, tokens)| tokens)
+                .unwrap_or_default()
+        });
         let (line0, col0) = (line.saturating_sub(1), column.saturating_sub(1));
-        let on_line = self
-            .tokens
+        let on_line = tokens
             .iter()
             .filter(|t| t.0 == line0)
             .take_while(|t| t.1 <= col0)
             .last()
-            .or_else(|| self.tokens.iter().find(|t| t.0 == line0))
-            .or_else(|| self.tokens.iter().rev().find(|t| t.0 < line0));
+            .or_else(|| tokens.iter().find(|t| t.0 == line0))
+            .or_else(|| tokens.iter().rev().find(|t| t.0 < line0));
         match on_line {
             Some(&(_, dst_col, src_line, src_col)) => {
                 let offset = col0.saturating_sub(dst_col);
@@ -101,13 +112,41 @@ fn error_at(source: &str, diagnostic: &OxcDiagnostic) -> TypeScriptError {
 /// [`TypeScriptError`] with the position of the first syntax or transform
 /// error.
 pub fn transform_typescript(source: &str) -> Result<Transformed, TypeScriptError> {
+    let (code, _) = with_arena(|allocator| transform_in(allocator, source, false))?;
+    Ok(Transformed {
+        code,
+        source: source.to_owned(),
+        tokens: OnceLock::new(),
+    })
+}
+
+/// Runs `f` with this thread's arena, reset first: a cell's AST is gone
+/// once its code (and map) are copied out.
+fn with_arena<T>(f: impl FnOnce(&Allocator) -> T) -> T {
+    thread_local! {
+        static ARENA: std::cell::RefCell<Allocator> = std::cell::RefCell::new(Allocator::default());
+    }
+    ARENA.with(|arena| match arena.try_borrow_mut() {
+        Ok(mut allocator) => {
+            allocator.reset();
+            f(&allocator)
+        }
+        // Re-entered on this thread (cannot happen today): a fresh arena.
+        Err(_) => f(&Allocator::default()),
+    })
+}
+
+fn transform_in(
+    allocator: &Allocator,
+    source: &str,
+    with_map: bool,
+) -> Result<(String, Tokens), TypeScriptError> {
     let options = transform_options();
-    let allocator = Allocator::default();
     let parse_options = ParseOptions {
         allow_return_outside_function: true,
         ..ParseOptions::default()
     };
-    let parsed = Parser::new(&allocator, source, SourceType::ts())
+    let parsed = Parser::new(allocator, source, SourceType::ts())
         .with_options(parse_options)
         .parse();
     if let Some(first) = parsed.diagnostics.errors().next() {
@@ -136,11 +175,11 @@ pub fn transform_typescript(source: &str) -> Result<Transformed, TypeScriptError
     });
     let printed = Codegen::new()
         .with_options(CodegenOptions {
-            source_map_path: Some(path.to_path_buf()),
+            source_map_path: with_map.then(|| path.to_path_buf()),
             ..CodegenOptions::default()
         })
         .build(&program);
-    let mut tokens: Vec<(u32, u32, u32, u32)> = printed
+    let mut tokens: Tokens = printed
         .map
         .map(|map| {
             map.get_tokens()
@@ -156,10 +195,7 @@ pub fn transform_typescript(source: &str) -> Result<Transformed, TypeScriptError
         })
         .unwrap_or_default();
     tokens.sort_unstable();
-    Ok(Transformed {
-        code: printed.code,
-        tokens,
-    })
+    Ok((printed.code, tokens))
 }
 
 #[cfg(test)]
@@ -217,6 +253,15 @@ return [first<number>([1]), Color.Red, Color.Green, p.x, n ?? null];
         let e = transform_typescript("const a: number = 1;\nconst b = (;\n").unwrap_err();
         assert_eq!(e.line, 2, "{e}");
         assert!(e.column >= 11, "{e}");
+    }
+
+    #[test]
+    fn the_map_is_built_on_demand_for_the_same_code() {
+        let source = "enum E { A }\nconst x: number = E.A;\nreturn x;";
+        let t = transform_typescript(source).unwrap();
+        let (code, tokens) = with_arena(|a| transform_in(a, source, true)).unwrap();
+        assert_eq!(code, t.code, "the map describes the code that runs");
+        assert!(!tokens.is_empty());
     }
 
     #[test]
