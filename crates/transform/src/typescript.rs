@@ -163,7 +163,7 @@ fn transform_in(
     let scoping = semantic.semantic.into_scoping();
     let path = Path::new("cell.ts");
     let transformed =
-        Transformer::new(&allocator, path, options).build_with_scoping(scoping, &mut program);
+        Transformer::new(allocator, path, options).build_with_scoping(scoping, &mut program);
     if let Some(first) = transformed.diagnostics.errors().next() {
         return Err(error_at(source, first));
     }
