@@ -239,9 +239,26 @@ pub extern "C" fn cm_out_len() -> usize {
     OUT.with(|out| out.borrow().len())
 }
 
-fn native_request(payload: String) -> i32 {
+type Settlers = (Persistent<Function<'static>>, Persistent<Function<'static>>);
+
+thread_local! {
+    /// Host request id -> the resolve and reject functions of its promise.
+    /// Kept in the guest's Rust heap (linear memory), so snapshots keep it.
+    static PENDING: RefCell<std::collections::HashMap<i32, Settlers>> =
+        RefCell::new(std::collections::HashMap::new());
+}
+
+/// Sends a host request and returns the promise `cm_settle` settles.
+fn native_request<'js>(ctx: Ctx<'js>, payload: String) -> rquickjs::Result<rquickjs::Promise<'js>> {
     // SAFETY: the host reads `len` bytes from our memory at `ptr` and copies them.
-    unsafe { host_request(payload.as_ptr(), payload.len()) }
+    let id = unsafe { host_request(payload.as_ptr(), payload.len()) };
+    let (promise, resolve, reject) = ctx.promise()?;
+    let settlers = (
+        Persistent::save(&ctx, resolve),
+        Persistent::save(&ctx, reject),
+    );
+    PENDING.with(|p| p.borrow_mut().insert(id, settlers));
+    Ok(promise)
 }
 
 fn native_emit(kind: i32, payload: String) -> i32 {
@@ -668,8 +685,19 @@ pub unsafe extern "C" fn cm_settle(request_id: i32, ok: i32, ptr: *const u8, len
         Ok(s) => s.to_owned(),
         Err(_) => return abi_error("settle payload is not UTF-8"),
     };
-    with_hooks(move |_ctx, hooks| {
-        let settle: Function = hooks.get("settle")?;
-        settle.call::<_, ()>((request_id, ok != 0, payload))
+    with_hooks(move |ctx, hooks| {
+        let Some((resolve, reject)) = PENDING.with(|p| p.borrow_mut().remove(&request_id)) else {
+            // Not ours (the host checks ids first): nothing to settle.
+            return Ok(());
+        };
+        if ok != 0 {
+            // The host's JSON text: parsed natively, no prelude frame.
+            let value = ctx.json_parse(payload)?;
+            resolve.restore(ctx)?.call::<_, ()>((value,))
+        } else {
+            // Rejections build a plain Error with a code in the prelude.
+            let make_error: Function = hooks.get("reject")?;
+            make_error.call::<_, ()>((reject.restore(ctx)?, payload))
+        }
     })
 }

@@ -251,7 +251,7 @@ fn follow_waits_for_slow_tools_in_the_same_process() {
             .all(|s| *s == "waiting"),
         "{statuses:?}"
     );
-    assert_eq!(r.last().unwrap()["value"], "report ready");
+    assert_eq!(r.last().unwrap()["value"], "report ready", "{r:?}");
     assert_eq!(
         r.last().unwrap()["telemetry"]["waitCount"],
         (statuses.len() - 1) as u64

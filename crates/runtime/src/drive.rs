@@ -57,6 +57,9 @@ pub(crate) struct RunState {
     yields: Vec<u32>,
     /// TypeScript cells: positions in the generated code → the source.
     source_map: Option<Arc<Transformed>>,
+    /// Results that arrived too close to a deadline to deliver: the next
+    /// `wait` delivers them first.
+    carried: VecDeque<(u32, Settlement)>,
 }
 
 impl RunState {
@@ -75,6 +78,7 @@ impl RunState {
             calls: Calls::new(session.trajectory.clone()),
             yields: Vec::new(),
             source_map: None,
+            carried: VecDeque::new(),
         }
     }
 }
@@ -85,7 +89,19 @@ struct DriveCtx {
     handle: tokio::runtime::Handle,
     scope: Arc<ScopeState>,
     limits: Limits,
+    /// The exec/wait deadline (`timeoutMs` from its start); the VM's own
+    /// CPU deadline is the same instant.
     deadline: Instant,
+}
+
+impl DriveCtx {
+    /// After this, results are no longer delivered in this call but kept
+    /// for the next `wait`: a result arriving just before the deadline must
+    /// not start guest work that the deadline would kill (losing the run).
+    fn delivery_deadline(&self) -> Instant {
+        let margin = (self.limits.timeout / 10).min(Duration::from_millis(50));
+        self.deadline.checked_sub(margin).unwrap_or(self.deadline)
+    }
 }
 
 /// What a drive of the VM ended in.
@@ -290,6 +306,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
             .drain(..)
             .map(|id| (id, Settlement::Resolve(Value::Null)))
             .collect();
+        ready.extend(state.carried.drain(..));
         let (arrived, aborted) = state.calls.arrived();
         let driven = if aborted {
             state.info.cancelled += state.calls.cancel_all() as u32;
@@ -609,6 +626,20 @@ fn drive(
         for request in vm.take_new_requests() {
             handle_request(ctx, state, request, &mut ready);
         }
+        if !ready.is_empty() && Instant::now() >= ctx.delivery_deadline() {
+            if let Some(value) = finished {
+                // The cell already returned: late fire-and-forget results
+                // are dropped with their calls.
+                state.info.cancelled += state.calls.cancel_all() as u32;
+                return Driven::done(completed(&vm, value, output));
+            }
+            state.carried.extend(ready.drain(..));
+            return Driven::Suspend {
+                vm: Box::new(vm),
+                reason: WaitReason::PendingTools,
+                output,
+            };
+        }
         if let Some((id, settlement)) = ready.pop_front() {
             step = match vm.settle(id, settlement) {
                 Ok(step) => step,
@@ -648,7 +679,9 @@ fn drive(
                 vm_telemetry(&vm, None),
             ));
         }
-        let left = ctx.deadline.saturating_duration_since(Instant::now());
+        let left = ctx
+            .delivery_deadline()
+            .saturating_duration_since(Instant::now());
         match state.calls.receiver().recv_timeout(left) {
             Ok(Msg::Done {
                 request_id,

@@ -497,3 +497,28 @@ async fn model_tools_are_exactly_exec_and_wait() {
     );
     assert!(serde_json::to_string(&model).unwrap().len() < 4096);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_arriving_at_the_deadline_is_kept_for_the_next_wait() {
+    // The tool answers right at the 200 ms deadline: the result must neither
+    // start guest work the deadline kills (a lost run) nor be dropped.
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 200}}}",
+        RuntimeOptions::default(),
+    );
+    let executor = Scripted::default().with(
+        "openclaw:core:echo",
+        Behaviour::Delay(Duration::from_millis(200), json!("on time")),
+    );
+    let s = session(&runtime, tools(), executor);
+    for _ in 0..5 {
+        let mut r = exec(&s, "return await tools.echo({})").await;
+        let mut legs = 1;
+        while r["status"] == "waiting" && legs < 10 {
+            r = wait(&s, &r["runId"]).await;
+            legs += 1;
+        }
+        assert_eq!(r["status"], "completed", "{r}");
+        assert_eq!(r["value"], "on time");
+    }
+}

@@ -18,7 +18,6 @@
   const getPrototypeOf = Object.getPrototypeOf;
   const ErrorCtor = Error;
   const TypeErrorCtor = TypeError;
-  const PromiseCtor = Promise;
   const StringCtor = String;
   const MapProto = Map.prototype;
   const SetProto = Set.prototype;
@@ -256,9 +255,6 @@
   }
 
   // ---- host requests ------------------------------------------------------
-  // pending: request id -> [resolve, reject]. Null prototype: cell code cannot
-  // reach it, and prototype tampering cannot change how it behaves.
-  const pending = Object.create(null);
   // Errors the host made (rejected tool calls) -> their contract code, so an
   // uncaught one fails the cell with that code. Cell code cannot reach it.
   const hostErrorCodes = new WeakMapCtor();
@@ -270,10 +266,9 @@
     const payload = fast !== undefined
       ? '{"method":"' + method + '","params":' + fast + "}"
       : stringify({ method: method, params: orNull(toPlain(params, [], [])) });
-    const id = request(payload);
-    return new PromiseCtor((resolve, reject) => {
-      pending[id] = [resolve, reject];
-    });
+    // The guest keeps the promise's resolve/reject natively; cm_settle
+    // resolves it with the host's JSON, or calls `reject` below.
+    return request(payload);
   }
 
   function yield_control(reason) {
@@ -388,13 +383,9 @@
         (error) => { state = FAILED; result = error; },
       );
     },
-    settle(id, ok, payload) {
-      const entry = pending[id];
-      if (entry === undefined) return;
-      delete pending[id];
-      if (ok) {
-        entry[0](parseJson(payload));
-      } else {
+    /** A host rejection: a plain Error (with the host's code) for `rejectFn`. */
+    reject(rejectFn, payload) {
+      {
         let message = "host request failed";
         let code = null;
         try {
@@ -409,7 +400,7 @@
           defineProperty(error, "code", { value: code, enumerable: true, writable: true, configurable: true });
           call(weakMapSet, hostErrorCodes, error, code);
         }
-        entry[1](error);
+        rejectFn(error);
       }
     },
     status() {
