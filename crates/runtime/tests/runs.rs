@@ -224,8 +224,14 @@ async fn wait_refuses_unknown_ids_and_runs_of_another_session_or_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_resumed_by_one_wait_is_busy_for_another() {
+    // A first wait that holds the run for a whole second, and a second wait
+    // well inside that second: robust on a loaded machine.
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 1000}}}",
+        RuntimeOptions::default(),
+    );
     let g = gates();
-    let s = Arc::new(session(quick(), tools(), g.executor.clone()));
+    let s = Arc::new(session(&runtime, tools(), g.executor.clone()));
     let r = exec(&s, "return await tools.gated({})").await;
     let run_id = r["runId"].clone();
     let first = {
@@ -233,7 +239,7 @@ async fn a_run_resumed_by_one_wait_is_busy_for_another() {
         let id = run_id.clone();
         tokio::spawn(async move { wait(&s, &id).await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let second = wait(&s, &run_id).await;
     assert_eq!(second["status"], "failed");
     assert!(
@@ -290,7 +296,15 @@ async fn abort_stops_a_live_exec_and_abort_run_ends_one_run() {
         let s = Arc::clone(&s);
         tokio::spawn(async move { exec(&s, "return await tools.gated({})").await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Abort only once the gated call is in flight (robust on a loaded machine).
+    for _ in 0..400 {
+        if g.executor.call_count() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(g.executor.call_count(), 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let started = std::time::Instant::now();
     runtime.abort_session("s1");
     let r = live.await.unwrap();
