@@ -6,6 +6,12 @@
 //!   (with `--follow`, keeps calling `wait` while the result is `waiting` and
 //!   prints every result as one JSON line). Exit status: 0 completed or
 //!   waiting, 1 failed, 2 bad usage.
+//! - `codemode serve --config FILE [--http ADDR]` is the code-mode MCP
+//!   gateway: MCP clients see exactly `exec` and `wait`; the config's
+//!   `mcpServers` sit behind the guest's `MCP` namespace. stdio by default,
+//!   streamable HTTP at `http://ADDR/mcp` with `--http`.
+//! - `codemode catalog --config FILE` connects to the configured servers and
+//!   prints the hidden catalog (one JSON line per tool).
 //! - `codemode check-config FILE` reports every problem of a config file.
 //!
 //! Logs go to stderr (`RUST_LOG` / `CODEMODE_LOG` filter them); stdout holds
@@ -19,8 +25,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use codemode_mcp::{Gateway, GatewayConfig, GatewayOptions, Upstreams, parse_config};
 use codemode_runtime::{
-    Catalog, CodeModeConfig, CodeModeResult, CodeModeRuntime, Diagnostic, RunContext, ToolPolicy,
+    Catalog, CodeModeConfig, CodeModeResult, CodeModeRuntime, Diagnostic, RunContext,
+    ToolDefinition, ToolPolicy, ToolSource,
 };
 
 use crate::tools_file::ToolsFile;
@@ -63,6 +71,27 @@ enum Command {
         follow: bool,
         /// The cell source file, or `-` (the default) for stdin.
         file: Option<PathBuf>,
+    },
+    /// Serve the code-mode MCP gateway (stdio by default).
+    Serve {
+        /// JSON5 config file: `tools.codeMode` and `mcpServers`.
+        #[arg(long)]
+        config: PathBuf,
+        /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8080).
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// A host name HTTP clients may use besides loopback; repeatable.
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
+        /// Remove an upstream tool (by name or id) by policy; repeatable.
+        #[arg(long, value_name = "NAME")]
+        deny: Vec<String>,
+    },
+    /// Connect to the configured MCP servers and print the hidden catalog.
+    Catalog {
+        /// JSON5 config file: `tools.codeMode` and `mcpServers`.
+        #[arg(long)]
+        config: PathBuf,
     },
     /// Check a config file and report every problem with its path.
     CheckConfig {
@@ -117,35 +146,151 @@ fn run(cli: Cli) -> Result<ExitCode> {
             follow,
             file,
         }),
+        Command::Serve {
+            config,
+            http,
+            allow_hosts,
+            deny,
+        } => serve(&config, http, allow_hosts, deny),
+        Command::Catalog { config } => catalog(&config),
         Command::CheckConfig { file } => check_config(&file),
     }
 }
 
-fn load_config(path: Option<&PathBuf>) -> Result<(CodeModeConfig, Vec<Diagnostic>)> {
+fn environment(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn load_config(path: Option<&PathBuf>) -> Result<(GatewayConfig, Vec<Diagnostic>)> {
     let Some(path) = path else {
-        return Ok((CodeModeConfig::default(), Vec::new()));
+        return Ok((
+            GatewayConfig {
+                code_mode: CodeModeConfig::default(),
+                code_mode_given: false,
+                servers: Vec::new(),
+            },
+            Vec::new(),
+        ));
     };
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config {}", path.display()))?;
-    CodeModeConfig::from_json5(&text).with_context(|| format!("config {}", path.display()))
+    parse_config(&text, &environment).map_err(|problems| {
+        anyhow::anyhow!(
+            "config {}:\n{}",
+            path.display(),
+            problems
+                .errors
+                .iter()
+                .map(|e| format!("  {e}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    })
 }
 
 fn check_config(path: &PathBuf) -> Result<ExitCode> {
-    match load_config(Some(path)) {
-        Ok((_, diagnostics)) => {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config {}", path.display()))?;
+    match parse_config(&text, &environment) {
+        Ok((config, diagnostics)) => {
             for d in &diagnostics {
                 println!("{}: {d}", path.display());
             }
-            if diagnostics.is_empty() {
-                println!("{}: ok", path.display());
-            }
+            println!(
+                "{}: ok ({} MCP server{})",
+                path.display(),
+                config.servers.len(),
+                if config.servers.len() == 1 { "" } else { "s" }
+            );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => {
-            println!("{e:#}");
+        Err(problems) => {
+            for e in &problems.errors {
+                println!("{}: {e}", path.display());
+            }
             Ok(ExitCode::from(1))
         }
     }
+}
+
+fn tokio_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn print_diagnostics(diagnostics: &[Diagnostic]) {
+    for d in diagnostics {
+        eprintln!("codemode: config: {d}");
+    }
+}
+
+fn serve(
+    config: &PathBuf,
+    http: Option<std::net::SocketAddr>,
+    allow_hosts: Vec<String>,
+    deny: Vec<String>,
+) -> Result<ExitCode> {
+    let (config, diagnostics) = load_config(Some(config))?;
+    print_diagnostics(&diagnostics);
+    let tokio = tokio_runtime()?;
+    tokio.block_on(async move {
+        let options = GatewayOptions {
+            policy: ToolPolicy { allow: None, deny },
+            allowed_hosts: allow_hosts.clone(),
+        };
+        let gateway = Gateway::start(config, options)?;
+        let stopper = gateway.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                tracing::info!("interrupted; shutting down");
+                stopper.shutdown();
+            }
+        });
+        match http {
+            None => gateway.serve_stdio().await?,
+            Some(addr) => {
+                gateway
+                    .serve_http(addr, &allow_hosts, |bound| {
+                        // Scripts read this line to learn the port.
+                        eprintln!("codemode: serving MCP at http://{bound}/mcp");
+                    })
+                    .await?
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn catalog(config: &PathBuf) -> Result<ExitCode> {
+    let (config, diagnostics) = load_config(Some(config))?;
+    print_diagnostics(&diagnostics);
+    let tokio = tokio_runtime()?;
+    tokio.block_on(async move {
+        let upstreams = Upstreams::start(config.servers, ToolPolicy::default());
+        upstreams.started().await;
+        let catalog = upstreams.catalog();
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        for server in upstreams.servers() {
+            if let Some(reason) = server.down_reason() {
+                eprintln!("codemode: {reason}");
+            }
+        }
+        for server in catalog.mcp().servers() {
+            for tool in &server.tools {
+                let line = serde_json::json!({
+                    "id": tool.entry.id,
+                    "call": format!("MCP.{}.{}", server.js_name, tool.js_name),
+                    "description": tool.entry.description,
+                });
+                writeln!(stdout, "{line}")?;
+            }
+        }
+        upstreams.shutdown();
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 struct ExecArgs {
@@ -176,13 +321,9 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
         file,
     } = args;
     let (config, diagnostics) = load_config(config.as_ref())?;
-    for d in &diagnostics {
-        eprintln!("codemode: config: {d}");
-    }
+    print_diagnostics(&diagnostics);
     let tools = load_tools(tools.as_deref())?;
     let policy = ToolPolicy { allow: None, deny };
-    let catalog = Catalog::build(tools.definitions(), &policy)
-        .map_err(|e| anyhow::anyhow!("tools file: {e}"))?;
     let code = match file.as_deref() {
         None => read_stdin()?,
         Some(p) if p.as_os_str() == "-" => read_stdin()?,
@@ -194,12 +335,28 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
         LanguageArg::Javascript => "javascript",
         LanguageArg::Typescript => "typescript",
     };
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let tokio = tokio_runtime()?;
     tokio.block_on(async move {
-        let runtime = match CodeModeRuntime::new(config) {
+        // The configured MCP servers join the scripted tools.
+        let upstreams = Upstreams::start(config.servers, policy.clone());
+        upstreams.started().await;
+        let mut definitions = tools.definitions();
+        let mut mcp_servers = Vec::new();
+        let mcp_catalog = upstreams.catalog();
+        for server in mcp_catalog.mcp().servers() {
+            mcp_servers.push(server.info.clone());
+            for tool in &server.tools {
+                definitions.push(
+                    ToolDefinition::new(ToolSource::Mcp, &server.info.name, &tool.entry.name)
+                        .with_description(&tool.entry.description)
+                        .with_parameters(tool.entry.parameters.clone()),
+                );
+            }
+        }
+        let catalog = Catalog::build_with_mcp_servers(definitions, &policy, &mcp_servers)
+            .map_err(|e| anyhow::anyhow!("tools file: {e}"))?;
+        let executor = tools_file::combined(tools.executor(), upstreams.executor());
+        let runtime = match CodeModeRuntime::new(config.code_mode) {
             Ok(runtime) => runtime,
             Err(e) => {
                 // Fail closed, in the result shape callers already parse.
@@ -217,7 +374,7 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
             session_id: Some(format!("cli-{}", std::process::id())),
             ..RunContext::default()
         };
-        let session = runtime.session(context, catalog, tools.executor());
+        let session = runtime.session(context, catalog, executor);
         let mut result = session
             .exec_call(
                 "cli_exec",
@@ -229,6 +386,7 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
             result = session.wait(&serde_json::json!({ "runId": run_id })).await;
             print_result(&result)?;
         }
+        upstreams.shutdown();
         Ok(match result {
             CodeModeResult::Failed { .. } => ExitCode::from(1),
             _ => ExitCode::SUCCESS,

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::session::{NestedCall, ToolCallError, ToolFuture};
+use crate::session::{ToolCallError, ToolFuture};
 use crate::trajectory::{Trajectory, TrajectoryEvent};
 
 /// What reaches a drive through the run's channel.
@@ -30,12 +30,21 @@ pub(crate) enum Msg {
     Abort,
 }
 
-/// One call in flight.
-pub(crate) struct InFlight {
+/// What the run records of a call: ids and sizes, never the input.
+pub(crate) struct CallInfo {
     pub(crate) call_id: String,
+    /// The catalog id, or `mcp:<server>:<method>` for resource and prompt
+    /// requests.
     pub(crate) tool_id: String,
+    /// `call`, or the MCP method (`resources/read`, ...).
+    pub(crate) method: &'static str,
     pub(crate) parent_call_id: String,
     pub(crate) input_bytes: u64,
+}
+
+/// One call in flight.
+pub(crate) struct InFlight {
+    pub(crate) info: CallInfo,
     pub(crate) started: Instant,
     handle: tokio::task::AbortHandle,
 }
@@ -90,13 +99,13 @@ impl Calls {
         self.inflight.values()
     }
 
-    /// Starts `call`: returns its outcome at once when the executor answers
+    /// Starts a call: returns its outcome at once when the executor answers
     /// on the first poll, otherwise spawns it on `handle`.
     pub(crate) fn start(
         &mut self,
         handle: &tokio::runtime::Handle,
         request_id: u32,
-        call: &NestedCall,
+        info: CallInfo,
         future: ToolFuture,
     ) -> Option<Result<Value, ToolCallError>> {
         let mut future = CatchPanic(future);
@@ -106,17 +115,10 @@ impl Calls {
             let mut cx = Context::from_waker(Waker::noop());
             Pin::new(&mut future).poll(&mut cx)
         };
-        let input_bytes = call.input.to_string().len() as u64;
         match first {
             Poll::Ready(outcome) => {
-                self.trajectory.record(event(
-                    &call.parent_call_id,
-                    &call.call_id,
-                    &call.tool.id,
-                    &outcome,
-                    input_bytes,
-                    started,
-                ));
+                self.trajectory
+                    .record(event(&info, &outcome, started));
                 Some(outcome)
             }
             Poll::Pending => {
@@ -131,10 +133,7 @@ impl Calls {
                 self.inflight.insert(
                     request_id,
                     InFlight {
-                        call_id: call.call_id.clone(),
-                        tool_id: call.tool.id.clone(),
-                        parent_call_id: call.parent_call_id.clone(),
-                        input_bytes,
+                        info,
                         started,
                         handle: task.abort_handle(),
                     },
@@ -151,17 +150,11 @@ impl Calls {
         outcome: Result<Value, ToolCallError>,
     ) -> Option<Finished> {
         let record = self.inflight.remove(&request_id)?;
-        self.trajectory.record(event(
-            &record.parent_call_id,
-            &record.call_id,
-            &record.tool_id,
-            &outcome,
-            record.input_bytes,
-            record.started,
-        ));
+        self.trajectory
+            .record(event(&record.info, &outcome, record.started));
         Some(Finished {
             request_id,
-            tool_id: record.tool_id,
+            tool_id: record.info.tool_id,
             outcome,
         })
     }
@@ -188,12 +181,12 @@ impl Calls {
         for (_, call) in std::mem::take(&mut self.inflight) {
             call.handle.abort();
             self.trajectory.record(TrajectoryEvent::NestedToolCall {
-                parent_call_id: call.parent_call_id,
-                call_id: call.call_id,
-                tool_id: call.tool_id,
+                parent_call_id: call.info.parent_call_id,
+                call_id: call.info.call_id,
+                tool_id: call.info.tool_id,
                 status: "cancelled",
                 error: None,
-                input_bytes: call.input_bytes,
+                input_bytes: call.info.input_bytes,
                 result_bytes: 0,
                 duration_ms: millis(call.started),
             });
@@ -213,11 +206,8 @@ fn millis(since: Instant) -> f64 {
 }
 
 fn event(
-    parent: &str,
-    call_id: &str,
-    tool_id: &str,
+    info: &CallInfo,
     outcome: &Result<Value, ToolCallError>,
-    input_bytes: u64,
     started: Instant,
 ) -> TrajectoryEvent {
     let (status, error, result_bytes) = match outcome {
@@ -225,12 +215,12 @@ fn event(
         Err(e) => ("error", Some(e.message.clone()), 0),
     };
     TrajectoryEvent::NestedToolCall {
-        parent_call_id: parent.to_owned(),
-        call_id: call_id.to_owned(),
-        tool_id: tool_id.to_owned(),
+        parent_call_id: info.parent_call_id.clone(),
+        call_id: info.call_id.clone(),
+        tool_id: info.tool_id.clone(),
         status,
         error,
-        input_bytes,
+        input_bytes: info.input_bytes,
         result_bytes,
         duration_ms: millis(started),
     }

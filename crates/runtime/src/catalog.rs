@@ -7,10 +7,13 @@
 //! so a guest cannot reach an entry that this module left out.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+use crate::declarations::ApiFiles;
+use crate::mcp::{McpNamespace, McpServerInfo};
 
 /// Where a tool comes from; the first part of its catalog id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -307,6 +310,9 @@ pub struct Catalog {
     by_id: HashMap<String, usize>,
     conveniences: Vec<(String, String)>,
     excluded: Vec<Excluded>,
+    mcp: McpNamespace,
+    /// Rendered on the first `API.*` / `$api` request of any run.
+    api_files: OnceLock<ApiFiles>,
     guest_context: String,
 }
 
@@ -338,6 +344,30 @@ impl Catalog {
     /// # Errors
     /// [`CatalogError`] for a definition that cannot form an id.
     pub fn build(tools: Vec<ToolDefinition>, policy: &ToolPolicy) -> Result<Catalog, CatalogError> {
+        Catalog::build_with_mcp_servers(tools, policy, &[])
+    }
+
+    /// Like [`Catalog::build`], with what is known of the run's MCP servers
+    /// (instructions, resources, prompts) for the `MCP` namespace.
+    ///
+    /// ```
+    /// use codemode_runtime::*;
+    /// let catalog = Catalog::build_with_mcp_servers(
+    ///     vec![ToolDefinition::new(ToolSource::Mcp, "chrome-devtools", "take_snapshot")],
+    ///     &ToolPolicy::default(),
+    ///     &[McpServerInfo::new("docs").with_resources(true)],
+    /// ).unwrap();
+    /// let servers: Vec<&str> = catalog.mcp().servers().iter().map(|s| s.js_name.as_str()).collect();
+    /// assert_eq!(servers, ["chromeDevtools", "docs"]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`CatalogError`] for a definition that cannot form an id.
+    pub fn build_with_mcp_servers(
+        tools: Vec<ToolDefinition>,
+        policy: &ToolPolicy,
+        mcp_servers: &[McpServerInfo],
+    ) -> Result<Catalog, CatalogError> {
         let mut excluded = Vec::new();
         let mut kept: Vec<CatalogEntry> = Vec::new();
         let mut seen: HashMap<String, ()> = HashMap::new();
@@ -402,15 +432,32 @@ impl Catalog {
             .filter(|e| e.guest_visible())
             .map(|e| e.compact_json())
             .collect();
-        let guest_context =
-            json!({ "tools": guest_tools, "conveniences": conveniences }).to_string();
+        let mcp = McpNamespace::build(&entries, mcp_servers);
+        let guest_context = json!({
+            "tools": guest_tools,
+            "conveniences": conveniences,
+            "mcp": mcp.guest_json(),
+        })
+        .to_string();
         Ok(Catalog {
             entries,
             by_id,
             conveniences,
             excluded,
+            mcp,
+            api_files: OnceLock::new(),
             guest_context,
         })
+    }
+
+    /// The run's `MCP` namespace (servers and tools by JavaScript name).
+    pub fn mcp(&self) -> &McpNamespace {
+        &self.mcp
+    }
+
+    /// The virtual declaration files of `API.list` / `API.read`.
+    pub fn api_files(&self) -> &ApiFiles {
+        self.api_files.get_or_init(|| ApiFiles::render(&self.mcp))
     }
 
     /// An empty catalog (a run without tools).

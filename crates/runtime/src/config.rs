@@ -209,56 +209,78 @@ impl CodeModeConfig {
     ///
     /// # Errors
     /// [`ConfigError`] for a field of the wrong type or a value outside a
-    /// closed set (`runtime`, `mode`, `languages`).
+    /// closed set (`runtime`, `mode`, `languages`): the first one found
+    /// ([`CodeModeConfig::check_value`] reports them all).
     pub fn from_value(value: &Value) -> Result<(CodeModeConfig, Vec<Diagnostic>), ConfigError> {
+        let (config, diagnostics, mut errors) = CodeModeConfig::check_value(value);
+        match errors.is_empty() {
+            true => Ok((config, diagnostics)),
+            false => Err(errors.swap_remove(0)),
+        }
+    }
+
+    /// Reads `tools.codeMode` and reports every problem: the effective
+    /// config (fields in error keep their defaults), the diagnostics, and
+    /// all errors in field order.
+    pub fn check_value(value: &Value) -> (CodeModeConfig, Vec<Diagnostic>, Vec<ConfigError>) {
         let mut config = CodeModeConfig::default();
         let mut diagnostics = Vec::new();
+        let mut errors = Vec::new();
         let object = match value {
             Value::Bool(enabled) => {
                 config.enabled = *enabled;
-                return Ok((config, diagnostics));
+                return (config, diagnostics, errors);
             }
             Value::Object(object) => object,
             _ => {
-                return Err(ConfigError {
+                errors.push(ConfigError {
                     path: PREFIX.into(),
                     message: "expected true, false or an object".into(),
                 });
+                return (config, diagnostics, errors);
             }
         };
         let field_path = |name: &str| format!("{PREFIX}.{name}");
         for (key, field) in object {
             let path = field_path(key);
-            match key.as_str() {
+            let checked: Result<(), ConfigError> = match key.as_str() {
                 "enabled" => match field {
                     // Only a literal `true` turns code mode on.
-                    Value::Bool(b) => config.enabled = *b,
-                    _ => return Err(type_error(&path, "a boolean")),
+                    Value::Bool(b) => {
+                        config.enabled = *b;
+                        Ok(())
+                    }
+                    _ => Err(type_error(&path, "a boolean")),
                 },
-                "runtime" => expect_only(&path, field, "quickjs-wasi")?,
-                "mode" => expect_only(&path, field, "only")?,
-                "languages" => config.languages = parse_languages(&path, field)?,
+                "runtime" => expect_only(&path, field, "quickjs-wasi"),
+                "mode" => expect_only(&path, field, "only"),
+                "languages" => parse_languages(&path, field).map(|l| config.languages = l),
                 name => {
                     if let Some(bound) = BOUNDS.iter().find(|b| b.name == name) {
-                        let raw = parse_integer(&path, field)?;
-                        let clamped = raw.clamp(bound.min as i128, bound.max as i128) as u64;
-                        if clamped as i128 != raw {
-                            diagnostics.push(Diagnostic {
-                                path: path.clone(),
-                                message: format!(
-                                    "{raw} is outside {} … {}; using {clamped}",
-                                    bound.min, bound.max
-                                ),
-                            });
-                        }
-                        *config.field_mut(name) = clamped;
+                        parse_integer(&path, field).map(|raw| {
+                            let clamped = raw.clamp(bound.min as i128, bound.max as i128) as u64;
+                            if clamped as i128 != raw {
+                                diagnostics.push(Diagnostic {
+                                    path: path.clone(),
+                                    message: format!(
+                                        "{raw} is outside {} … {}; using {clamped}",
+                                        bound.min, bound.max
+                                    ),
+                                });
+                            }
+                            *config.field_mut(name) = clamped;
+                        })
                     } else {
                         diagnostics.push(Diagnostic {
                             path,
                             message: "unknown field; it has no effect".into(),
                         });
+                        Ok(())
                     }
                 }
+            };
+            if let Err(e) = checked {
+                errors.push(e);
             }
         }
         if config.search_default_limit > config.max_search_limit {
@@ -271,7 +293,7 @@ impl CodeModeConfig {
             });
             config.search_default_limit = config.max_search_limit;
         }
-        Ok((config, diagnostics))
+        (config, diagnostics, errors)
     }
 
     fn field_mut(&mut self, name: &str) -> &mut u64 {
@@ -424,6 +446,26 @@ mod tests {
             parse("{tools:{codeMode:{maxSearchLimit: 5, searchDefaultLimit: 9}}}").unwrap();
         assert_eq!(config.search_default_limit, 5);
         assert_eq!(diags.len(), 1);
+    }
+
+    #[test]
+    fn check_value_reports_every_error() {
+        let root: Value = json5::from_str(
+            "{enabled: 'yes', timeoutMs: 'soon', languages: ['python'], maxOutputBytes: 10}",
+        )
+        .unwrap();
+        let (config, diagnostics, errors) = CodeModeConfig::check_value(&root);
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "tools.codeMode.enabled",
+                "tools.codeMode.languages[0]",
+                "tools.codeMode.timeoutMs"
+            ]
+        );
+        assert_eq!(config.max_output_bytes, 1024);
+        assert_eq!(diagnostics.len(), 1);
     }
 
     #[test]

@@ -18,8 +18,8 @@ use serde_json::{Map, Value};
 
 use codemode_transform::Transformed;
 
-use crate::calls::{Calls, Finished, Msg};
-use crate::catalog::Catalog;
+use crate::calls::{CallInfo, Calls, Finished, Msg};
+use crate::catalog::{Catalog, CatalogEntry, ToolSource};
 use crate::config::Language;
 use crate::input::{ExecInput, WaitInput};
 use crate::prepare::prepare;
@@ -27,7 +27,10 @@ use crate::result::{
     CodeModeResult, ErrorCode, Output, PendingToolCall, SnapshotEvent, Telemetry, WaitReason,
 };
 use crate::runtime::Inner;
-use crate::session::{CodeModeSession, NestedCall, RunContext, Scope, ScopeState, ToolExecutor};
+use crate::session::{
+    CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext, Scope, ScopeState,
+    ToolExecutor,
+};
 use crate::store::{StoreError, SuspendedRun};
 use crate::trajectory::TrajectoryEvent;
 
@@ -39,6 +42,7 @@ pub(crate) struct RunInfo {
     pub(crate) wait_count: u32,
     pub(crate) search_count: u32,
     pub(crate) describe_count: u32,
+    pub(crate) api_count: u32,
     pub(crate) call_count: u32,
     pub(crate) tool_ids: Vec<String>,
     pub(crate) cancelled: u32,
@@ -67,7 +71,7 @@ impl RunState {
         RunState {
             scope: session.scope.scope.clone(),
             context: Arc::clone(&session.context),
-            catalog: Arc::clone(&session.catalog),
+            catalog: session.catalog(),
             executor: Arc::clone(&session.executor),
             parent_call_id: call_id.to_owned(),
             info: RunInfo {
@@ -161,7 +165,7 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                         Telemetry::default(),
                     );
                     let result =
-                        with_telemetry(failed, &info, &session.catalog, started, Vec::new());
+                        with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
                     return record_call(session, call_id, "exec", result);
                 }
             };
@@ -197,7 +201,7 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
         session,
         call_id,
         "exec",
-        with_telemetry(result, &info, &session.catalog, started, Vec::new()),
+        with_telemetry(result, &info, &session.catalog(), started, Vec::new()),
     )
 }
 
@@ -213,7 +217,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         Ok(input) => input,
         Err(e) => {
             let failed = CodeModeResult::failure(e.code, e.message, Telemetry::default());
-            let result = with_telemetry(failed, &info, &session.catalog, started, Vec::new());
+            let result = with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
             return record_call(session, call_id, "wait", result);
         }
     };
@@ -221,7 +225,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         let result = with_telemetry(
             aborted_failure(),
             &info,
-            &session.catalog,
+            &session.catalog(),
             started,
             Vec::new(),
         );
@@ -250,7 +254,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
             let result = with_telemetry(
                 failed,
                 &info,
-                &session.catalog,
+                &session.catalog(),
                 started,
                 std::mem::take(&mut events),
             );
@@ -450,6 +454,7 @@ fn with_telemetry(
         catalog_by_source: catalog.count_by_source(),
         nested_search_count: info.search_count,
         nested_describe_count: info.describe_count,
+        nested_api_count: info.api_count,
         nested_call_count: info.call_count,
         nested_tool_ids: info.tool_ids.clone(),
         cancelled_tool_calls: info.cancelled,
@@ -531,9 +536,9 @@ fn finish(
         .calls
         .iter()
         .map(|c| PendingToolCall {
-            id: c.call_id.clone(),
-            tool_id: c.tool_id.clone(),
-            method: "call".into(),
+            id: c.info.call_id.clone(),
+            tool_id: c.info.tool_id.clone(),
+            method: c.info.method.into(),
         })
         .collect();
     let info = state.info.clone();
@@ -790,8 +795,28 @@ fn handle_request(
             Some(reply) => reply,
             None => return,
         },
+        "mcp.call" => match mcp_call(ctx, state, id, params) {
+            Some(reply) => reply,
+            None => return,
+        },
+        "mcp.request" => match mcp_request(ctx, state, id, params) {
+            Some(reply) => reply,
+            None => return,
+        },
+        "mcp.api" => {
+            state.info.api_count += 1;
+            mcp_api(state, params)
+        }
+        "api.list" => {
+            state.info.api_count += 1;
+            api_list(state, params)
+        }
+        "api.read" => {
+            state.info.api_count += 1;
+            api_read(state, params)
+        }
         other => bad_request(format!(
-            "unknown bridge method `{other}`; the guest API is tools.search, tools.describe, tools.call and yield_control"
+            "unknown bridge method `{other}`; the guest API is tools.search, tools.describe, tools.call, MCP.<server>.*, API.list, API.read and yield_control"
         )),
     };
     ready.push_back((id, reply));
@@ -865,55 +890,344 @@ fn describe(state: &RunState, params: &Map<String, Value>) -> Settlement {
     }
 }
 
-/// Starts a nested call; `None` when it is now in flight.
+fn nested_failure(message: String) -> Option<Settlement> {
+    Some(Settlement::reject_with_code(
+        message,
+        ErrorCode::NestedToolFailed.as_str(),
+    ))
+}
+
+/// `maxPendingToolCalls` reached: the rejection for one more call.
+fn over_pending_limit(ctx: &DriveCtx, state: &RunState) -> Option<Settlement> {
+    let max_pending = ctx.inner.config.max_pending_tool_calls as usize;
+    (state.calls.in_flight() >= max_pending).then(|| {
+        Settlement::reject_with_code(
+            format!(
+                "too many nested tool calls in flight: at most {max_pending} (maxPendingToolCalls) may run at once; await some before starting more"
+            ),
+            ErrorCode::TooManyPendingToolCalls.as_str(),
+        )
+    })
+}
+
+/// Starts a nested call of a catalog entry (checked by the caller);
+/// `None` when it is now in flight.
+fn start_tool_call(
+    ctx: &DriveCtx,
+    state: &mut RunState,
+    request_id: u32,
+    entry: &Arc<CatalogEntry>,
+    input: Value,
+) -> Option<Settlement> {
+    if let Some(refused) = over_pending_limit(ctx, state) {
+        return Some(refused);
+    }
+    state.info.call_count += 1;
+    if !state.info.tool_ids.contains(&entry.id) {
+        state.info.tool_ids.push(entry.id.clone());
+    }
+    let call_id = state.calls.next_call_id(&state.parent_call_id);
+    let info = CallInfo {
+        call_id: call_id.clone(),
+        tool_id: entry.id.clone(),
+        method: "call",
+        parent_call_id: state.parent_call_id.clone(),
+        input_bytes: input.to_string().len() as u64,
+    };
+    let future = state.executor.call(NestedCall {
+        context: Arc::clone(&state.context),
+        parent_call_id: state.parent_call_id.clone(),
+        call_id,
+        tool: Arc::clone(entry),
+        input,
+    });
+    state
+        .calls
+        .start(&ctx.handle, request_id, info, future)
+        .map(|outcome| outcome_settlement(ctx, outcome, &entry.id))
+}
+
+/// `tools.call(id, input)`; `None` when the call is now in flight.
 fn call(
     ctx: &DriveCtx,
     state: &mut RunState,
     request_id: u32,
     params: &Map<String, Value>,
 ) -> Option<Settlement> {
-    let failed = |message: String| {
-        Some(Settlement::reject_with_code(
-            message,
-            ErrorCode::NestedToolFailed.as_str(),
-        ))
-    };
     let Some(Value::String(id)) = params.get("id") else {
-        return failed("tools.call(id, input): id must be a catalog id string".into());
+        return nested_failure("tools.call(id, input): id must be a catalog id string".into());
     };
     let entry = match state.catalog.callable(id) {
         Ok(entry) => Arc::clone(entry),
-        Err(message) => return failed(format!("tools.call: {message}")),
+        Err(message) => return nested_failure(format!("tools.call: {message}")),
     };
-    let max_pending = ctx.inner.config.max_pending_tool_calls as usize;
-    if state.calls.in_flight() >= max_pending {
-        return Some(Settlement::reject_with_code(
-            format!(
-                "too many nested tool calls in flight: at most {max_pending} (maxPendingToolCalls) may run at once; await some before starting more"
-            ),
-            ErrorCode::TooManyPendingToolCalls.as_str(),
-        ));
-    }
     let input = match params.get("input") {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(v) => v.clone(),
     };
-    state.info.call_count += 1;
-    if !state.info.tool_ids.contains(&entry.id) {
-        state.info.tool_ids.push(entry.id.clone());
+    start_tool_call(ctx, state, request_id, &entry, input)
+}
+
+/// The `MCP.<server>.<tool>` label of an MCP catalog entry, for messages.
+fn mcp_label(catalog: &Catalog, entry: &CatalogEntry) -> String {
+    catalog
+        .mcp()
+        .servers()
+        .iter()
+        .find_map(|s| {
+            s.tools
+                .iter()
+                .find(|t| t.entry.id == entry.id)
+                .map(|t| format!("MCP.{}.{}", s.js_name, t.js_name))
+        })
+        .unwrap_or_else(|| entry.id.clone())
+}
+
+/// `MCP.<server>.<tool>(input)`: resolved to the exact MCP catalog id, its
+/// input checked against the schema's top level; `None` when in flight.
+fn mcp_call(
+    ctx: &DriveCtx,
+    state: &mut RunState,
+    request_id: u32,
+    params: &Map<String, Value>,
+) -> Option<Settlement> {
+    let Some(Value::String(id)) = params.get("id") else {
+        return nested_failure("MCP call: the tool id must be a string".into());
+    };
+    let entry = match state.catalog.get(id) {
+        Some(entry) if entry.source == ToolSource::Mcp => Arc::clone(entry),
+        _ => {
+            return nested_failure(format!(
+                "no MCP tool \"{id}\" in this run; see API.list(\"mcp\") for the servers and tools"
+            ));
+        }
+    };
+    let label = mcp_label(&state.catalog, &entry);
+    let input = params.get("input").cloned().unwrap_or(Value::Null);
+    let input = match crate::mcp::prepare_input(&label, &entry.parameters, input) {
+        Ok(input) => input,
+        Err(message) => return nested_failure(message),
+    };
+    start_tool_call(ctx, state, request_id, &entry, input)
+}
+
+/// `MCP.<server>.resources.*` / `.prompts.*`; `None` when in flight.
+fn mcp_request(
+    ctx: &DriveCtx,
+    state: &mut RunState,
+    request_id: u32,
+    params: &Map<String, Value>,
+) -> Option<Settlement> {
+    let server_name = params.get("server").and_then(Value::as_str).unwrap_or("");
+    let Some(server) = state.catalog.mcp().server(server_name) else {
+        return nested_failure(format!(
+            "no MCP server `{server_name}` in this run; see API.list(\"mcp\")"
+        ));
+    };
+    let op = params.get("op").and_then(Value::as_str).unwrap_or("");
+    let (method, offered) = match op {
+        "resources.list" => (McpMethod::ResourcesList, server.info.resources),
+        "resources.read" => (McpMethod::ResourcesRead, server.info.resources),
+        "resources.templates" => (McpMethod::ResourceTemplatesList, server.info.resources),
+        "prompts.list" => (McpMethod::PromptsList, server.info.prompts),
+        "prompts.get" => (McpMethod::PromptsGet, server.info.prompts),
+        _ => return nested_failure(format!("unknown MCP request `{op}`")),
+    };
+    let label = format!("MCP.{}.{op}", server.js_name);
+    if !offered {
+        return nested_failure(format!(
+            "{label}: MCP server \"{}\" offers no {}",
+            server.info.name,
+            if op.starts_with("resources") { "resources" } else { "prompts" }
+        ));
     }
-    let call = NestedCall {
+    let input = match params.get("input") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map.clone(),
+        Some(_) => {
+            return nested_failure(format!(
+                "{label} takes one object argument like {{ uri: \"...\" }}"
+            ));
+        }
+    };
+    let string_field = |key: &str| match input.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => Err(format!("{label}: `{key}` must be a non-empty string")),
+    };
+    let mut checked = Map::new();
+    let result = (|| {
+        match method {
+            McpMethod::ResourcesList | McpMethod::ResourceTemplatesList | McpMethod::PromptsList => {
+                if let Some(cursor) = string_field("cursor")? {
+                    checked.insert("cursor".into(), Value::String(cursor));
+                }
+            }
+            McpMethod::ResourcesRead => match string_field("uri")? {
+                Some(uri) => {
+                    checked.insert("uri".into(), Value::String(uri));
+                }
+                None => return Err(format!("{label}({{ uri }}): `uri` is required")),
+            },
+            McpMethod::PromptsGet => {
+                match string_field("name")? {
+                    Some(name) => checked.insert("name".into(), Value::String(name)),
+                    None => return Err(format!("{label}({{ name, arguments }}): `name` is required")),
+                };
+                match input.get("arguments") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::Object(args)) => {
+                        let mut strings = Map::new();
+                        for (k, v) in args {
+                            let text = match v {
+                                Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            };
+                            strings.insert(k.clone(), Value::String(text));
+                        }
+                        checked.insert("arguments".into(), Value::Object(strings));
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "{label}: `arguments` must be an object of strings"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    if let Err(message) = result {
+        return nested_failure(message);
+    }
+    if let Some(refused) = over_pending_limit(ctx, state) {
+        return Some(refused);
+    }
+    let server_name = server.info.name.clone();
+    let tool_id = format!("mcp:{server_name}:{}", method.as_str());
+    state.info.call_count += 1;
+    if !state.info.tool_ids.contains(&tool_id) {
+        state.info.tool_ids.push(tool_id.clone());
+    }
+    let params = Value::Object(checked);
+    let call_id = state.calls.next_call_id(&state.parent_call_id);
+    let info = CallInfo {
+        call_id: call_id.clone(),
+        tool_id: tool_id.clone(),
+        method: method.as_str(),
+        parent_call_id: state.parent_call_id.clone(),
+        input_bytes: params.to_string().len() as u64,
+    };
+    let future = state.executor.mcp_request(McpServerCall {
         context: Arc::clone(&state.context),
         parent_call_id: state.parent_call_id.clone(),
-        call_id: state.calls.next_call_id(&state.parent_call_id),
-        tool: Arc::clone(&entry),
-        input,
-    };
-    let future = state.executor.call(call.clone());
+        call_id,
+        server: server_name,
+        method,
+        params,
+    });
     state
         .calls
-        .start(&ctx.handle, request_id, &call, future)
-        .map(|outcome| outcome_settlement(ctx, outcome, &entry.id))
+        .start(&ctx.handle, request_id, info, future)
+        .map(|outcome| outcome_settlement(ctx, outcome, &tool_id))
+}
+
+/// `MCP.<server>.$api(toolName?, { schema? })`, answered by the host.
+fn mcp_api(state: &RunState, params: &Map<String, Value>) -> Settlement {
+    let server_name = params.get("server").and_then(Value::as_str).unwrap_or("");
+    let Some(server) = state.catalog.mcp().server(server_name) else {
+        return bad_request(format!("no MCP server `{server_name}` in this run"));
+    };
+    let tool = match params.get("tool") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => match server.tool(name) {
+            Some(tool) => Some(tool),
+            None => {
+                let names: Vec<&str> = server.tools.iter().map(|t| t.js_name.as_str()).collect();
+                return bad_request(format!(
+                    "MCP.{}.$api: no tool \"{name}\"; its tools are {}",
+                    server.js_name,
+                    if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+                ));
+            }
+        },
+        Some(_) => {
+            return bad_request(format!(
+                "MCP.{}.$api(toolName?, options?): toolName must be a string",
+                server.js_name
+            ));
+        }
+    };
+    let schema = match params.get("options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(options)) => {
+            if let Some(key) = options.keys().find(|k| k.as_str() != "schema") {
+                return bad_request(format!(
+                    "MCP.{}.$api: unknown option `{key}`; the only option is `schema`",
+                    server.js_name
+                ));
+            }
+            match options.get("schema") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return bad_request(format!(
+                        "MCP.{}.$api: options.schema must be a boolean",
+                        server.js_name
+                    ));
+                }
+            }
+        }
+        Some(_) => {
+            return bad_request(format!(
+                "MCP.{}.$api: options must be an object like {{ schema: true }}",
+                server.js_name
+            ));
+        }
+    };
+    Settlement::Resolve(crate::declarations::api_header(server, tool, schema))
+}
+
+fn optional_string<'a>(
+    params: &'a Map<String, Value>,
+    key: &str,
+    usage: &str,
+) -> Result<Option<&'a str>, Settlement> {
+    match params.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(bad_request(format!("{usage}: {key} must be a string"))),
+    }
+}
+
+fn api_list(state: &RunState, params: &Map<String, Value>) -> Settlement {
+    let prefix = match optional_string(params, "prefix", "API.list(prefix?)") {
+        Ok(prefix) => prefix,
+        Err(refused) => return refused,
+    };
+    match state.catalog.api_files().list(prefix) {
+        Ok(files) => Settlement::Resolve(Value::Array(
+            files.iter().map(|f| f.metadata_json()).collect(),
+        )),
+        Err(e) => bad_request(e.to_string()),
+    }
+}
+
+fn api_read(state: &RunState, params: &Map<String, Value>) -> Settlement {
+    let path = match optional_string(params, "path", "API.read(path)") {
+        Ok(Some(path)) => path,
+        Ok(None) => {
+            return bad_request(
+                "API.read(path): pass a path such as \"mcp/index.d.ts\" (API.list() lists them)"
+                    .into(),
+            );
+        }
+        Err(refused) => return refused,
+    };
+    match state.catalog.api_files().read(path) {
+        Ok(text) => Settlement::Resolve(Value::String(text.to_owned())),
+        Err(e) => bad_request(e.to_string()),
+    }
 }
 
 fn vm_telemetry(vm: &Vm, limit: Option<ErrorCode>) -> Telemetry {

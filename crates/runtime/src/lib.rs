@@ -61,8 +61,10 @@
 mod calls;
 mod catalog;
 mod config;
+mod declarations;
 mod drive;
 mod input;
+mod mcp;
 mod prepare;
 mod result;
 mod runtime;
@@ -76,7 +78,7 @@ pub use catalog::{
     ToolSource,
 };
 pub use session::{
-    CodeModeSession, NestedCall, RunContext, ToolCallError, ToolExecutor, ToolFuture,
+    CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext, ToolCallError, ToolExecutor, ToolFuture,
 };
 pub use surface::{
     ExecHookMetadata, ModelTool, SurfaceError, check_model_tools, exec_hook_metadata, model_tools,
@@ -89,6 +91,8 @@ pub fn typescript_transformer_initialised() -> bool {
     codemode_transform::typescript_transformer_initialised()
 }
 
+pub use declarations::{ApiFile, ApiFiles, ApiPathError};
+pub use mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView, js_identifier};
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use input::{ExecInput, InputError, WaitInput};
 pub use result::{

@@ -162,7 +162,12 @@ pub struct Telemetry {
     /// `tools.describe` requests of this run so far.
     #[serde(default)]
     pub nested_describe_count: u32,
-    /// Nested tool calls of this run so far.
+    /// `API.list`, `API.read` and `MCP.<server>.$api` requests of this run
+    /// so far (answered by the host, not tool calls).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nested_api_count: u32,
+    /// Nested tool calls of this run so far (MCP tool, resource and prompt
+    /// requests included).
     #[serde(default)]
     pub nested_call_count: u32,
     /// Catalog ids called so far, in first-call order.

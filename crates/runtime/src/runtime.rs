@@ -154,7 +154,7 @@ impl CodeModeRuntime {
     pub fn session(
         &self,
         context: RunContext,
-        catalog: Catalog,
+        catalog: impl Into<Arc<Catalog>>,
         executor: Arc<dyn ToolExecutor>,
     ) -> CodeModeSession {
         let scope_key = Scope::of(&context);
@@ -176,7 +176,7 @@ impl CodeModeRuntime {
                 }
             }
         };
-        CodeModeSession::new(self.clone(), scope, context, Arc::new(catalog), executor)
+        CodeModeSession::new(self.clone(), scope, context, catalog.into(), executor)
     }
 
     /// Aborts every run of a session (matched by session id or key): live

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -80,6 +80,52 @@ pub struct NestedCall {
     pub input: Value,
 }
 
+/// What an MCP server is asked besides tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum McpMethod {
+    /// `resources/list` (params: optional `cursor`).
+    ResourcesList,
+    /// `resources/read` (params: `uri`).
+    ResourcesRead,
+    /// `resources/templates/list` (params: optional `cursor`).
+    ResourceTemplatesList,
+    /// `prompts/list` (params: optional `cursor`).
+    PromptsList,
+    /// `prompts/get` (params: `name`, optional `arguments`).
+    PromptsGet,
+}
+
+impl McpMethod {
+    /// The MCP method name, e.g. `resources/read`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpMethod::ResourcesList => "resources/list",
+            McpMethod::ResourcesRead => "resources/read",
+            McpMethod::ResourceTemplatesList => "resources/templates/list",
+            McpMethod::PromptsList => "prompts/list",
+            McpMethod::PromptsGet => "prompts/get",
+        }
+    }
+}
+
+/// A resource or prompt request of `MCP.<server>.resources.*` /
+/// `MCP.<server>.prompts.*`, as the executor receives it.
+#[derive(Debug, Clone)]
+pub struct McpServerCall {
+    /// The run's context.
+    pub context: Arc<RunContext>,
+    /// The model's tool-call id of the outer `exec`.
+    pub parent_call_id: String,
+    /// This call's id (unique within the run).
+    pub call_id: String,
+    /// The server's name (as in the catalog ids).
+    pub server: String,
+    /// What is asked.
+    pub method: McpMethod,
+    /// The request params, checked by the host (`uri`, `name`, ...).
+    pub params: Value,
+}
+
 /// A nested call failed; the guest sees a plain `Error` with this message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -108,6 +154,18 @@ pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolCallError>> 
 pub trait ToolExecutor: Send + Sync + 'static {
     /// Starts one call.
     fn call(&self, call: NestedCall) -> ToolFuture;
+
+    /// Starts a resource or prompt request to an MCP server of the run
+    /// (only servers the catalog says offer them). The default fails: an
+    /// embedder without MCP servers never gets one.
+    fn mcp_request(&self, request: McpServerCall) -> ToolFuture {
+        let message = format!(
+            "{} of MCP server {} is not available here",
+            request.method.as_str(),
+            request.server
+        );
+        Box::pin(async move { Err(ToolCallError::new(message)) })
+    }
 }
 
 impl<F> ToolExecutor for F
@@ -195,7 +253,9 @@ pub struct CodeModeSession {
     pub(crate) runtime: CodeModeRuntime,
     pub(crate) scope: Arc<ScopeState>,
     pub(crate) context: Arc<RunContext>,
-    pub(crate) catalog: Arc<Catalog>,
+    /// New runs use the catalog current at their exec; a run keeps the
+    /// one it started with across its waits.
+    catalog: RwLock<Arc<Catalog>>,
     pub(crate) executor: Arc<dyn ToolExecutor>,
     pub(crate) trajectory: Trajectory,
     exec_counter: AtomicU64,
@@ -205,7 +265,7 @@ impl std::fmt::Debug for CodeModeSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodeModeSession")
             .field("context", &self.context)
-            .field("catalog_size", &self.catalog.len())
+            .field("catalog_size", &self.catalog().len())
             .finish_non_exhaustive()
     }
 }
@@ -222,7 +282,7 @@ impl CodeModeSession {
             runtime,
             scope,
             context: Arc::new(context),
-            catalog,
+            catalog: RwLock::new(catalog),
             executor,
             trajectory: Trajectory::default(),
             exec_counter: AtomicU64::new(0),
@@ -232,12 +292,19 @@ impl CodeModeSession {
     /// The model-visible tools: exactly `exec` and `wait`, with
     /// descriptions and JSON schemas, ready for a provider payload.
     pub fn model_tools(&self) -> Vec<ModelTool> {
-        surface::model_tools(self.runtime.config(), &self.catalog)
+        surface::model_tools(self.runtime.config(), &self.catalog())
     }
 
-    /// This run's hidden catalog.
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+    /// This run's hidden catalog (as new execs will see it).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the catalog for execs started from now on (e.g. after an
+    /// MCP server's tool list changed). Runs already started, waiting or
+    /// not, keep the catalog they started with.
+    pub fn replace_catalog(&self, catalog: impl Into<Arc<Catalog>>) {
+        *self.catalog.write().unwrap_or_else(PoisonError::into_inner) = catalog.into();
     }
 
     /// The run context.

@@ -51,6 +51,10 @@ pub fn model_tools(config: &CodeModeConfig, catalog: &Catalog) -> Vec<ModelTool>
     ]
 }
 
+/// Bytes of the exec description spent on MCP server names at most: the
+/// model-visible tool list stays small whatever the upstream catalog.
+const MAX_SERVER_LIST_BYTES: usize = 1200;
+
 fn exec_description(config: &CodeModeConfig, catalog: &Catalog) -> String {
     let mut sources: Vec<String> = catalog
         .count_by_source()
@@ -66,21 +70,61 @@ fn exec_description(config: &CodeModeConfig, catalog: &Catalog) -> String {
     } else {
         ""
     };
-    format!(
+    let mut text = format!(
         "Run a small JavaScript{ts} program in a sandbox (no filesystem, network, modules or \
          environment) that finds and calls this run's tools. Globals: \
          ALL_TOOLS (array of {{id, name, description, source}}; catalog: {}); \
          await tools.search(query, {{limit}}) ranks tools; \
          await tools.describe(id) returns an entry with its JSON-schema `parameters`; \
          await tools.call(id, input) calls a tool (tools.<name>(input) for unambiguous names); \
-         text(value) and json(value) add output; await yield_control(reason) pauses. \
-         Use loops, Promise.all and filtering in code, and return a small result. \
+         text(value) and json(value) add output; await yield_control(reason) pauses. ",
+        sources.join(", "),
+    );
+    let servers = catalog.mcp().servers();
+    if !servers.is_empty() {
+        text.push_str(
+            "MCP servers are called as await MCP.<server>.<tool>({ ...input }) with one object \
+             argument; each call resolves to the raw MCP result {content, structuredContent?, isError?}. \
+             Read the typed signatures first: await API.list(\"mcp\") lists the declaration files, \
+             await API.read(\"mcp/<server>.d.ts\") returns one (MCP.<server>.$api(toolName?) gives the same inline). \
+             Visible MCP servers: ",
+        );
+        let mut listed = String::new();
+        let mut shown = 0;
+        for server in servers {
+            let mut item = format!("{} ({} tools", server.js_name, server.tools.len());
+            if server.info.resources {
+                item.push_str(", resources");
+            }
+            if server.info.prompts {
+                item.push_str(", prompts");
+            }
+            item.push(')');
+            if listed.len() + item.len() > MAX_SERVER_LIST_BYTES {
+                break;
+            }
+            if !listed.is_empty() {
+                listed.push_str(", ");
+            }
+            listed.push_str(&item);
+            shown += 1;
+        }
+        if shown < servers.len() {
+            listed.push_str(&format!(
+                " and {} more (see API.list(\"mcp\"))",
+                servers.len() - shown
+            ));
+        }
+        text.push_str(&listed);
+        text.push_str(". ");
+    }
+    text.push_str(&format!(
+        "Use loops, Promise.all and filtering in code, and return a small result. \
          Slow calls make exec return {{status: \"waiting\", runId}}; then call wait({{runId}}). \
          Limits: {} ms per call, {} bytes of output.",
-        sources.join(", "),
-        config.timeout_ms,
-        config.max_output_bytes
-    )
+        config.timeout_ms, config.max_output_bytes
+    ));
+    text
 }
 
 /// The final provider payload does not hold exactly `exec` and `wait`.

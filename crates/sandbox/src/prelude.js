@@ -297,8 +297,84 @@
     return hostRequest("call", { id: id, input: input });
   }
 
+  function describeArgument(value) {
+    if (value === null) return "null";
+    if (isArray(value)) return "an array";
+    return typeof value === "object" ? "an object" : "a " + typeof value;
+  }
+
+  function rejected(error) {
+    return Promise.reject(error);
+  }
+
+  /** The one object argument of an MCP function (none means {}). */
+  function objectArgument(label, args, required) {
+    if (args.length > 1) {
+      return new TypeErrorCtor(label + " takes exactly one object argument ({ ... }), got " + args.length + " arguments");
+    }
+    const input = args.length === 0 ? undefined : args[0];
+    if (input === undefined || input === null) {
+      return required ? new TypeErrorCtor(label + " takes one object argument like " + required) : null;
+    }
+    if (typeof input !== "object" || isArray(input)) {
+      return new TypeErrorCtor(label + " takes one object argument like " + (required || "{ key: value }") + ", got " + describeArgument(input));
+    }
+    return undefined;
+  }
+
+  function mcpTool(label, id) {
+    return function () {
+      const problem = objectArgument(label, arguments, null);
+      if (problem) return rejected(problem);
+      return hostRequest("mcp.call", { id: id, input: arguments.length === 0 ? null : arguments[0] });
+    };
+  }
+
+  function mcpRequest(serverName, op, label, required) {
+    return function () {
+      const problem = objectArgument(label, arguments, required);
+      if (problem) return rejected(problem);
+      return hostRequest("mcp.request", { server: serverName, op: op, input: arguments.length === 0 ? null : arguments[0] });
+    };
+  }
+
+  function named(name, fn) {
+    defineProperty(fn, "name", { value: name, configurable: true });
+    return fn;
+  }
+
+  function mcpServer(entry) {
+    const serverName = entry[0];
+    const server = createObject(null);
+    const tools = isArray(entry[1]) ? entry[1] : [];
+    for (let i = 0; i < tools.length; i++) {
+      const name = tools[i][0];
+      server[name] = named(name, mcpTool("MCP." + serverName + "." + name, tools[i][1]));
+    }
+    server.$api = named("$api", function (toolName, options) {
+      return hostRequest("mcp.api", { server: serverName, tool: toolName === undefined ? null : toolName, options: options === undefined ? null : options });
+    });
+    const flags = entry[2] | 0;
+    const prefix = "MCP." + serverName;
+    if (flags & 1) {
+      const resources = createObject(null);
+      resources.list = named("list", mcpRequest(serverName, "resources.list", prefix + ".resources.list", null));
+      resources.read = named("read", mcpRequest(serverName, "resources.read", prefix + ".resources.read", "{ uri: \"...\" }"));
+      resources.templates = named("templates", mcpRequest(serverName, "resources.templates", prefix + ".resources.templates", null));
+      server.resources = freeze(resources);
+    }
+    if (flags & 2) {
+      const prompts = createObject(null);
+      prompts.list = named("list", mcpRequest(serverName, "prompts.list", prefix + ".prompts.list", null));
+      prompts.get = named("get", mcpRequest(serverName, "prompts.get", prefix + ".prompts.get", "{ name: \"...\", arguments: { ... } }"));
+      server.prompts = freeze(prompts);
+    }
+    return freeze(server);
+  }
+
   function installRunGlobals(ctx) {
-    const entries = ctx !== null && typeof ctx === "object" && isArray(ctx.tools) ? ctx.tools : [];
+    const valid = ctx !== null && typeof ctx === "object";
+    const entries = valid && isArray(ctx.tools) ? ctx.tools : [];
     const all = [];
     for (let i = 0; i < entries.length; i++) all.push(freeze(entries[i]));
     defineGlobal("ALL_TOOLS", freeze(all));
@@ -306,7 +382,7 @@
     catalog.search = search;
     catalog.describe = describe;
     catalog.call = callTool;
-    const conveniences = ctx !== null && typeof ctx === "object" && isArray(ctx.conveniences) ? ctx.conveniences : [];
+    const conveniences = valid && isArray(ctx.conveniences) ? ctx.conveniences : [];
     for (let i = 0; i < conveniences.length; i++) {
       const name = conveniences[i][0];
       const id = conveniences[i][1];
@@ -314,7 +390,23 @@
       catalog[name] = { [name](input) { return callTool(id, input); } }[name];
     }
     defineGlobal("tools", freeze(catalog));
+    const mcp = createObject(null);
+    const servers = valid && isArray(ctx.mcp) ? ctx.mcp : [];
+    for (let i = 0; i < servers.length; i++) mcp[servers[i][0]] = mcpServer(servers[i]);
+    defineGlobal("MCP", freeze(mcp));
+    defineGlobal("namespaces", freeze(createObject(null)));
   }
+
+  // The virtual declaration files (answered by the host from the run's
+  // catalog; nothing is on disk).
+  const api = createObject(null);
+  api.list = named("list", function (prefix) {
+    return hostRequest("api.list", { prefix: prefix === undefined ? null : prefix });
+  });
+  api.read = named("read", function (path) {
+    return hostRequest("api.read", { path: path === undefined ? null : path });
+  });
+  defineGlobal("API", freeze(api));
 
   // Module loading and host objects do not exist here; make the usual names
   // fail clearly instead of with "x is not defined".

@@ -1,0 +1,685 @@
+//! The gateway's config file: `tools.codeMode` plus the `mcpServers` map in
+//! the form MCP users already know.
+//!
+//! ```json5
+//! {
+//!   tools: { codeMode: { enabled: true, timeoutMs: 10000 } },
+//!   mcpServers: {
+//!     memory: { command: "npx", args: ["-y", "@modelcontextprotocol/server-memory"], env: { MEMORY_FILE_PATH: "/tmp/memory.json" } },
+//!     github: { url: "https://api.example.com/mcp", headers: { Authorization: "Bearer ${GITHUB_TOKEN}" } },
+//!   },
+//! }
+//! ```
+//!
+//! Every problem is reported with its path in the file (a whole file is
+//! checked before anything starts). `${NAME}` and `${NAME:-default}` in
+//! strings read the gateway's environment, so secrets need not sit in the
+//! file. Values of `env` and `headers` are [`Secret`]s: they never appear in
+//! `Debug`, logs, telemetry or errors.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use codemode_runtime::{CodeModeConfig, ConfigError, Diagnostic};
+use serde_json::{Map, Value};
+
+/// A value that must not be shown: `Debug` and `Display` print `<redacted>`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a value.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value itself, for the one place that needs it (the child's
+    /// environment, the HTTP header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// How to reach one upstream server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment (on top of a small default set: `PATH`,
+        /// `HOME`, `USER`, `LOGNAME`, `SHELL`, `TERM`, `LANG`, `TMPDIR`).
+        env: BTreeMap<String, Secret>,
+        /// Working directory.
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable-HTTP endpoint.
+    Http {
+        /// The endpoint URL (`http://` or `https://`).
+        url: String,
+        /// Extra request headers (e.g. `Authorization`).
+        headers: BTreeMap<String, Secret>,
+    },
+}
+
+/// One entry of `mcpServers`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    /// The key in `mcpServers`: the middle part of its catalog ids and the
+    /// source of its `MCP.<server>` name.
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// Limit of one tool, resource or prompt request (`timeoutMs`, default
+    /// 60 s); past it the call fails with `nested_tool_failed`.
+    pub call_timeout: Duration,
+    /// Limit of connecting and listing at start (`startupTimeoutMs`,
+    /// default 30 s).
+    pub startup_timeout: Duration,
+}
+
+/// A whole gateway config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayConfig {
+    /// The effective `tools.codeMode`.
+    pub code_mode: CodeModeConfig,
+    /// Whether the file said anything about `tools.codeMode` (absent means
+    /// the gateway turns code mode on: that is its job).
+    pub code_mode_given: bool,
+    /// Enabled upstream servers, by name.
+    pub servers: Vec<McpServerConfig>,
+}
+
+/// Everything wrong with a config file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", render_problems(.errors))]
+pub struct ConfigProblems {
+    /// Each problem with its path.
+    pub errors: Vec<ConfigError>,
+}
+
+fn render_problems(errors: &[ConfigError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
+const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
+const MAX_TIMEOUT_MS: u64 = 3_600_000;
+const MAX_SERVER_NAME_BYTES: usize = 64;
+
+/// Reads a config, resolving `${NAME}` from `env`.
+///
+/// # Errors
+/// [`ConfigProblems`] with every problem found; diagnostics (clamps,
+/// unknown fields) come with a config that loads.
+pub fn parse_config(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(GatewayConfig, Vec<Diagnostic>), ConfigProblems> {
+    let root: Value = json5::from_str(text).map_err(|e| ConfigProblems {
+        errors: vec![ConfigError {
+            path: "$".into(),
+            message: format!("not valid JSON5: {e}"),
+        }],
+    })?;
+    let mut errors = Vec::new();
+    let mut diagnostics = Vec::new();
+    let Some(object) = root.as_object() else {
+        return Err(ConfigProblems {
+            errors: vec![error("$", "the config must be an object")],
+        });
+    };
+    let mut code_mode = CodeModeConfig::default();
+    let mut code_mode_given = false;
+    for (key, value) in object {
+        match key.as_str() {
+            "tools" => match value {
+                Value::Object(tools) => {
+                    for (key, value) in tools {
+                        if key == "codeMode" {
+                            code_mode_given = true;
+                            let (config, d, e) = CodeModeConfig::check_value(value);
+                            code_mode = config;
+                            diagnostics.extend(d);
+                            errors.extend(e);
+                        } else {
+                            diagnostics.push(unknown(&format!("tools.{key}")));
+                        }
+                    }
+                }
+                _ => errors.push(error("tools", "expected an object")),
+            },
+            "mcpServers" => {}
+            other => diagnostics.push(unknown(other)),
+        }
+    }
+    let mut servers = Vec::new();
+    match object.get("mcpServers") {
+        None => {}
+        Some(Value::Object(map)) => {
+            for (name, value) in map {
+                let path = format!("mcpServers.{}", path_key(name));
+                if let Some(server) =
+                    parse_server(name, value, &path, env, &mut errors, &mut diagnostics)
+                {
+                    servers.push(server);
+                }
+            }
+        }
+        Some(_) => errors.push(error(
+            "mcpServers",
+            "expected an object of servers, like { memory: { command: \"npx\", args: [...] } }",
+        )),
+    }
+    if errors.is_empty() {
+        Ok((
+            GatewayConfig {
+                code_mode,
+                code_mode_given,
+                servers,
+            },
+            diagnostics,
+        ))
+    } else {
+        Err(ConfigProblems { errors })
+    }
+}
+
+fn error(path: &str, message: &str) -> ConfigError {
+    ConfigError {
+        path: path.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+fn unknown(path: &str) -> Diagnostic {
+    Diagnostic {
+        path: path.to_owned(),
+        message: "unknown field; it has no effect".into(),
+    }
+}
+
+/// A map key as a path segment (`a.b` for identifiers, `a["x y"]` otherwise).
+fn path_key(key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if plain {
+        key.to_owned()
+    } else {
+        format!("[{}]", Value::String(key.to_owned()))
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    let segment = path_key(key);
+    if segment.starts_with('[') {
+        format!("{path}{segment}")
+    } else {
+        format!("{path}.{segment}")
+    }
+}
+
+fn check_server_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        Err("the server name is empty")
+    } else if name.len() > MAX_SERVER_NAME_BYTES {
+        Err("the server name is longer than 64 bytes")
+    } else if name.contains(':') {
+        Err("the server name contains `:`, which separates the parts of a catalog id")
+    } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Err("the server name contains whitespace or control characters")
+    } else {
+        Ok(())
+    }
+}
+
+struct Fields<'a> {
+    path: &'a str,
+    object: &'a Map<String, Value>,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    errors: &'a mut Vec<ConfigError>,
+}
+
+impl Fields<'_> {
+    fn fail(&mut self, key: &str, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            path: join(self.path, key),
+            message: message.into(),
+        });
+    }
+
+    fn string(&mut self, key: &str) -> Option<String> {
+        match self.object.get(key)? {
+            Value::String(s) => match expand(s, self.env) {
+                Ok(s) => Some(s),
+                Err(message) => {
+                    self.fail(key, message);
+                    None
+                }
+            },
+            _ => {
+                self.fail(key, "expected a string");
+                None
+            }
+        }
+    }
+
+    fn strings(&mut self, key: &str) -> Vec<String> {
+        match self.object.get(key) {
+            None => Vec::new(),
+            Some(Value::Array(items)) => {
+                let mut out = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    let path = format!("{}[{i}]", join(self.path, key));
+                    match item {
+                        Value::String(s) => match expand(s, self.env) {
+                            Ok(s) => out.push(s),
+                            Err(message) => self.errors.push(ConfigError { path, message }),
+                        },
+                        _ => self.errors.push(ConfigError {
+                            path,
+                            message: "expected a string".into(),
+                        }),
+                    }
+                }
+                out
+            }
+            Some(_) => {
+                self.fail(key, "expected an array of strings");
+                Vec::new()
+            }
+        }
+    }
+
+    fn secrets(&mut self, key: &str) -> BTreeMap<String, Secret> {
+        match self.object.get(key) {
+            None => BTreeMap::new(),
+            Some(Value::Object(map)) => {
+                let mut out = BTreeMap::new();
+                for (name, value) in map {
+                    let path = join(&join(self.path, key), name);
+                    match value {
+                        // Never echo the value: it may be a secret.
+                        Value::String(s) => match expand(s, self.env) {
+                            Ok(s) => {
+                                out.insert(name.clone(), Secret::new(s));
+                            }
+                            Err(message) => self.errors.push(ConfigError { path, message }),
+                        },
+                        Value::Number(_) | Value::Bool(_) => {
+                            out.insert(name.clone(), Secret::new(value.to_string()));
+                        }
+                        _ => self.errors.push(ConfigError {
+                            path,
+                            message: "expected a string".into(),
+                        }),
+                    }
+                }
+                out
+            }
+            Some(_) => {
+                self.fail(key, "expected an object of strings");
+                BTreeMap::new()
+            }
+        }
+    }
+
+    fn millis(&mut self, key: &str, default: u64) -> Duration {
+        let millis = match self.object.get(key) {
+            None => default,
+            Some(value) => match value.as_u64() {
+                Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => ms,
+                _ => {
+                    self.fail(
+                        key,
+                        format!("expected milliseconds from 1 to {MAX_TIMEOUT_MS}"),
+                    );
+                    default
+                }
+            },
+        };
+        Duration::from_millis(millis)
+    }
+}
+
+const KNOWN_FIELDS: [&str; 11] = [
+    "type",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "timeoutMs",
+    "startupTimeoutMs",
+    "disabled",
+    "description",
+];
+
+fn parse_server(
+    name: &str,
+    value: &Value,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<McpServerConfig> {
+    let before = errors.len();
+    if let Err(message) = check_server_name(name) {
+        errors.push(error(path, message));
+    }
+    let Some(object) = value.as_object() else {
+        errors.push(error(
+            path,
+            "expected an object with `command` (stdio) or `url` (streamable HTTP)",
+        ));
+        return None;
+    };
+    for key in object.keys() {
+        if !KNOWN_FIELDS.contains(&key.as_str()) {
+            diagnostics.push(unknown(&join(path, key)));
+        }
+    }
+    let mut fields = Fields {
+        path,
+        object,
+        env,
+        errors,
+    };
+    let disabled = match object.get("disabled") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            fields.fail("disabled", "expected a boolean");
+            false
+        }
+    };
+    let kind = fields.string("type");
+    let command = fields.string("command");
+    let url = fields.string("url");
+    let call_timeout = fields.millis("timeoutMs", DEFAULT_CALL_TIMEOUT_MS);
+    let startup_timeout = fields.millis("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS);
+    if object.contains_key("description") && !object["description"].is_string() {
+        fields.fail("description", "expected a string");
+    }
+    let wants_http = match kind.as_deref() {
+        None => url.is_some() && command.is_none(),
+        Some("stdio") => false,
+        Some("http" | "streamable-http" | "streamableHttp" | "streamable_http") => true,
+        Some("sse") => {
+            fields.fail(
+                "type",
+                "the legacy SSE transport is not supported; use the server's streamable-HTTP endpoint (type: \"http\")",
+            );
+            return None;
+        }
+        Some(other) => {
+            fields.fail(
+                "type",
+                format!("unknown transport \"{other}\"; use \"stdio\" or \"http\""),
+            );
+            return None;
+        }
+    };
+    let transport = if wants_http {
+        if command.is_some() {
+            fields.fail("command", "an HTTP server has a `url`, not a `command`");
+        }
+        for key in ["args", "env", "cwd"] {
+            if object.contains_key(key) {
+                fields.fail(key, "only stdio servers (with `command`) take this");
+            }
+        }
+        let headers = fields.secrets("headers");
+        match url {
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                Transport::Http { url, headers }
+            }
+            Some(_) => {
+                fields.fail("url", "expected an http:// or https:// URL");
+                return None;
+            }
+            None => {
+                fields.fail("url", "an HTTP server needs a `url`");
+                return None;
+            }
+        }
+    } else {
+        if url.is_some() {
+            fields.fail(
+                "url",
+                "a server has either `command` (stdio) or `url` (HTTP), not both",
+            );
+        }
+        if object.contains_key("headers") {
+            fields.fail("headers", "only HTTP servers (with `url`) take headers");
+        }
+        let args = fields.strings("args");
+        let env = fields.secrets("env");
+        let cwd = fields.string("cwd").map(PathBuf::from);
+        match command {
+            Some(command) if !command.trim().is_empty() => Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            },
+            Some(_) => {
+                fields.fail("command", "the command is empty");
+                return None;
+            }
+            None => {
+                fields.errors.push(error(
+                    path,
+                    "needs `command` (a stdio server) or `url` (a streamable-HTTP server)",
+                ));
+                return None;
+            }
+        }
+    };
+    if disabled || errors.len() > before {
+        return None;
+    }
+    Some(McpServerConfig {
+        name: name.to_owned(),
+        transport,
+        call_timeout,
+        startup_timeout,
+    })
+}
+
+/// Replaces `${NAME}` and `${NAME:-default}` with the environment's value.
+/// `$$` is a literal `$`.
+fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    if !text.contains('$') {
+        return Ok(text.to_owned());
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('{') {
+            let Some(end) = inner.find('}') else {
+                return Err("`${` without a closing `}`".into());
+            };
+            let reference = &inner[..end];
+            let (name, default) = match reference.split_once(":-") {
+                Some((name, default)) => (name, Some(default)),
+                None => (reference, None),
+            };
+            let valid = !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit());
+            if !valid {
+                return Err(format!(
+                    "`${{{reference}}}` is not a variable reference; use ${{NAME}} or ${{NAME:-default}} (write $$ for a literal $)"
+                ));
+            }
+            match env(name).or(default.map(str::to_owned)) {
+                Some(value) => out.push_str(&value),
+                None => {
+                    return Err(format!(
+                        "the environment variable {name} is not set (write ${{{name}:-default}} for a fallback)"
+                    ));
+                }
+            }
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "TOKEN" => Some("s3cret".into()),
+            _ => None,
+        }
+    }
+
+    fn parse(text: &str) -> Result<(GatewayConfig, Vec<Diagnostic>), ConfigProblems> {
+        parse_config(text, &env)
+    }
+
+    #[test]
+    fn stdio_and_http_servers() {
+        let (config, diagnostics) = parse(
+            r#"{
+              tools: { codeMode: { enabled: true, timeoutMs: 2000 } },
+              mcpServers: {
+                memory: { command: "npx", args: ["-y", "server-memory"], env: { MEMORY_FILE_PATH: "/tmp/m.json" }, cwd: "/tmp" },
+                remote: { url: "https://example.com/mcp", headers: { Authorization: "Bearer ${TOKEN}" }, timeoutMs: 5000 },
+                off: { command: "x", disabled: true },
+              },
+            }"#,
+        )
+        .unwrap();
+        assert!(diagnostics.is_empty(), "{diagnostics:?}");
+        assert!(config.code_mode.enabled && config.code_mode_given);
+        assert_eq!(config.code_mode.timeout_ms, 2000);
+        assert_eq!(config.servers.len(), 2);
+        let memory = &config.servers[0];
+        assert_eq!(memory.name, "memory");
+        assert_eq!(memory.call_timeout, Duration::from_secs(60));
+        match &memory.transport {
+            Transport::Stdio {
+                command, args, env, ..
+            } => {
+                assert_eq!(command, "npx");
+                assert_eq!(args, &["-y", "server-memory"]);
+                assert_eq!(env["MEMORY_FILE_PATH"].expose(), "/tmp/m.json");
+            }
+            other => panic!("{other:?}"),
+        }
+        let remote = &config.servers[1];
+        assert_eq!(remote.call_timeout, Duration::from_secs(5));
+        match &remote.transport {
+            Transport::Http { url, headers } => {
+                assert_eq!(url, "https://example.com/mcp");
+                assert_eq!(headers["Authorization"].expose(), "Bearer s3cret");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_or_errors() {
+        let (config, _) = parse(
+            r#"{ mcpServers: { a: { command: "x", env: { KEY: "${TOKEN}" } }, b: { url: "http://h/", headers: { X: "hidden-value" } } } }"#,
+        )
+        .unwrap();
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret") && !shown.contains("hidden-value"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+        let err = parse(r#"{ mcpServers: { a: { command: "x", env: { KEY: ["hidden-value"] } } } }"#)
+            .unwrap_err();
+        assert!(!err.to_string().contains("hidden-value"), "{err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let err = parse(
+            r#"{
+              tools: { codeMode: { enabled: "yes", timeoutMs: "soon" } },
+              mcpServers: {
+                "bad:name": { command: "x" },
+                nothing: {},
+                both: { command: "x", url: "https://h/" },
+                web: { url: "ftp://h/", headers: { A: 1 } },
+                args: { command: "x", args: [1, "ok"], env: { A: "${MISSING}" }, timeoutMs: -5 },
+                legacy: { type: "sse", url: "https://h/sse" },
+              },
+            }"#,
+        )
+        .unwrap_err();
+        let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "tools.codeMode.enabled",
+                "tools.codeMode.timeoutMs",
+                "mcpServers.args.timeoutMs",
+                "mcpServers.args.args[0]",
+                "mcpServers.args.env.A",
+                "mcpServers[\"bad:name\"]",
+                "mcpServers.both.url",
+                "mcpServers.legacy.type",
+                "mcpServers.nothing",
+                "mcpServers.web.url",
+            ],
+            "{err}"
+        );
+        assert!(err.to_string().contains("MISSING is not set"), "{err}");
+    }
+
+    #[test]
+    fn unknown_fields_are_diagnostics() {
+        let (_, diagnostics) =
+            parse(r#"{ extra: 1, mcpServers: { a: { command: "x", autoApprove: [] } } }"#).unwrap();
+        let paths: Vec<&str> = diagnostics.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["extra", "mcpServers.a.autoApprove"]);
+    }
+
+    #[test]
+    fn expansion() {
+        assert_eq!(expand("a${TOKEN}b", &env).unwrap(), "as3cretb");
+        assert_eq!(expand("${NOPE:-fallback}", &env).unwrap(), "fallback");
+        assert_eq!(expand("cost $$5 and $x", &env).unwrap(), "cost $5 and $x");
+        assert!(expand("${NOPE}", &env).unwrap_err().contains("NOPE is not set"));
+        assert!(expand("${1x}", &env).is_err());
+        assert!(expand("${OPEN", &env).is_err());
+    }
+}

@@ -1,0 +1,319 @@
+//! The code-mode MCP gateway: an MCP server whose tool list is exactly
+//! `exec` and `wait`, with the upstream servers behind the guest's `MCP`
+//! namespace.
+//!
+//! Every MCP client session gets its own [`GatewaySession`]: its own
+//! code-mode session scope, so runs, snapshots and catalogs never cross
+//! sessions. Served over stdio ([`Gateway::serve_stdio`]) or streamable
+//! HTTP ([`Gateway::serve_http`]).
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use codemode_runtime::{
+    CodeModeResult, CodeModeRuntime, CodeModeSession, RunContext, RuntimeError, ToolPolicy,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::config::GatewayConfig;
+use crate::upstreams::Upstreams;
+
+/// What the gateway tells MCP clients at `initialize`.
+const INSTRUCTIONS: &str = "Code mode: the upstream MCP servers' tools are not listed directly. \
+Call `exec` with a small JavaScript program that uses them through MCP.<server>.<tool>({...}) \
+(read the typed signatures with API.read(\"mcp/<server>.d.ts\")), and `wait` with the runId \
+when exec answers {status: \"waiting\"}.";
+
+/// Could not start the gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The sandbox could not start (code mode fails closed).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The config turns code mode off.
+    #[error(
+        "code mode is disabled in this config (tools.codeMode); the gateway serves only code mode: set tools.codeMode.enabled: true or remove tools.codeMode"
+    )]
+    Disabled,
+    /// Binding or serving failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The MCP handshake over stdio failed.
+    #[error("MCP over stdio: {0}")]
+    Stdio(String),
+}
+
+/// Options beyond the config file.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayOptions {
+    /// Tools removed by policy (name or id), on top of the config.
+    pub policy: ToolPolicy,
+    /// Host names an HTTP client may use besides loopback (the `Host`
+    /// header check against DNS rebinding).
+    pub allowed_hosts: Vec<String>,
+}
+
+struct Shared {
+    runtime: CodeModeRuntime,
+    upstreams: Arc<Upstreams>,
+    sessions: AtomicU64,
+    shutdown: CancellationToken,
+}
+
+/// The gateway: one per process. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    shared: Arc<Shared>,
+}
+
+impl Gateway {
+    /// Builds the runtime and starts connecting to every upstream server
+    /// (in the background: the gateway answers `initialize` at once, and
+    /// `tools/list` / `exec` wait for servers still starting).
+    ///
+    /// # Errors
+    /// [`GatewayError::Disabled`] when the config turns code mode off;
+    /// [`GatewayError::Runtime`] when the sandbox cannot start.
+    pub fn start(config: GatewayConfig, options: GatewayOptions) -> Result<Gateway, GatewayError> {
+        let mut code_mode = config.code_mode;
+        if !config.code_mode_given {
+            code_mode.enabled = true;
+        }
+        if !code_mode.enabled {
+            return Err(GatewayError::Disabled);
+        }
+        let runtime = CodeModeRuntime::new(code_mode)?;
+        let upstreams = Upstreams::start(config.servers, options.policy);
+        Ok(Gateway {
+            shared: Arc::new(Shared {
+                runtime,
+                upstreams,
+                sessions: AtomicU64::new(0),
+                shutdown: CancellationToken::new(),
+            }),
+        })
+    }
+
+    /// The upstream servers.
+    pub fn upstreams(&self) -> &Arc<Upstreams> {
+        &self.shared.upstreams
+    }
+
+    /// The code-mode runtime.
+    pub fn runtime(&self) -> &CodeModeRuntime {
+        &self.shared.runtime
+    }
+
+    /// A new MCP client session (its own code-mode scope).
+    pub fn session(&self) -> GatewaySession {
+        let n = self.shared.sessions.fetch_add(1, Ordering::SeqCst) + 1;
+        let id = format!("mcp-{n}-{:016x}", codemode_sandbox_random());
+        let context = RunContext {
+            agent_id: Some("codemode-gateway".into()),
+            session_id: Some(id.clone()),
+            ..RunContext::default()
+        };
+        let session = self.shared.runtime.session(
+            context,
+            self.shared.upstreams.catalog(),
+            self.shared.upstreams.executor(),
+        );
+        info!(session = %id, "MCP client session started");
+        GatewaySession {
+            shared: Arc::clone(&self.shared),
+            id,
+            session,
+            catalog_version: AtomicU64::new(self.shared.upstreams.version()),
+        }
+    }
+
+    /// Serves one MCP client on stdin/stdout until it disconnects.
+    ///
+    /// # Errors
+    /// [`GatewayError::Stdio`] when the handshake fails.
+    pub async fn serve_stdio(&self) -> Result<(), GatewayError> {
+        let running = self
+            .session()
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| GatewayError::Stdio(e.to_string()))?;
+        let reason = tokio::select! {
+            r = running.waiting() => format!("{r:?}"),
+            _ = self.shared.shutdown.cancelled() => "shutdown".into(),
+        };
+        info!(%reason, "stdio client disconnected");
+        self.shutdown();
+        Ok(())
+    }
+
+    /// Serves MCP over streamable HTTP at `http://<addr>/mcp` until
+    /// [`Gateway::shutdown`] (or Ctrl-C, when `ctrl_c` is set). `on_bound`
+    /// is told the bound address (useful with port 0).
+    ///
+    /// # Errors
+    /// [`GatewayError::Io`] when the address cannot be bound.
+    pub async fn serve_http(
+        &self,
+        addr: SocketAddr,
+        allowed_hosts: &[String],
+        on_bound: impl FnOnce(SocketAddr),
+    ) -> Result<(), GatewayError> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        on_bound(bound);
+        let ct = self.shared.shutdown.clone();
+        let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        hosts.extend(allowed_hosts.iter().cloned());
+        let gateway = self.clone();
+        let service = StreamableHttpService::new(
+            move || Ok(gateway.session()),
+            Arc::new(LocalSessionManager::default()),
+            StreamableHttpServerConfig::default()
+                .with_allowed_hosts(hosts)
+                .with_cancellation_token(ct.child_token()),
+        );
+        let app = axum::Router::new().nest_service("/mcp", service);
+        info!(%bound, "serving MCP over streamable HTTP at /mcp");
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { ct.cancelled().await })
+            .await?;
+        self.shutdown();
+        Ok(())
+    }
+
+    /// Stops serving: sessions end, suspended runs are discarded, upstream
+    /// servers are stopped.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.cancel();
+        self.shared.runtime.shutdown();
+        self.shared.upstreams.shutdown();
+    }
+}
+
+/// Session ids only need to be unique and unguessable enough within this
+/// process: std's randomly keyed hasher gives 64 fresh bits.
+fn codemode_sandbox_random() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+/// One MCP client session of the gateway.
+pub struct GatewaySession {
+    shared: Arc<Shared>,
+    id: String,
+    session: CodeModeSession,
+    catalog_version: AtomicU64,
+}
+
+impl Drop for GatewaySession {
+    fn drop(&mut self) {
+        info!(session = %self.id, "MCP client session ended");
+    }
+}
+
+impl GatewaySession {
+    /// Brings the session's catalog up to date with the upstream servers
+    /// (waiting for servers still starting).
+    async fn refresh_catalog(&self) {
+        self.shared.upstreams.started().await;
+        let version = self.shared.upstreams.version();
+        if self.catalog_version.swap(version, Ordering::SeqCst) != version {
+            self.session
+                .replace_catalog(self.shared.upstreams.catalog());
+        }
+    }
+
+    fn model_tools(&self) -> Vec<Tool> {
+        self.session
+            .model_tools()
+            .into_iter()
+            .map(|t| {
+                let schema = match t.input_schema {
+                    Value::Object(map) => map,
+                    _ => serde_json::Map::new(),
+                };
+                Tool::new(t.name, t.description, Arc::new(schema))
+            })
+            .collect()
+    }
+
+    /// The result union as an MCP tool result: JSON text for every client,
+    /// the same object as `structuredContent`, `isError` when it failed.
+    fn tool_result(result: &CodeModeResult) -> CallToolResult {
+        let value = result.to_json();
+        let mut out = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
+        out.is_error = Some(matches!(result, CodeModeResult::Failed { .. }));
+        out.structured_content = Some(value);
+        out
+    }
+}
+
+impl ServerHandler for GatewaySession {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    /// Sessions need a handshake: later protocol versions are stateless
+    /// (a new handler per request), which would lose `wait` runs.
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(
+            &ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.refresh_catalog().await;
+        Ok(ListToolsResult::with_all_items(self.model_tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let input = Value::Object(request.arguments.unwrap_or_default());
+        let call_id = format!("{}:{}", self.id, context.id);
+        let result = match request.name.as_ref() {
+            "exec" => {
+                self.refresh_catalog().await;
+                self.session.exec_call(&call_id, &input).await
+            }
+            "wait" => self.session.wait_call(&call_id, &input).await,
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool `{other}`: this server has exactly two tools, exec and wait"),
+                    None,
+                ));
+            }
+        };
+        Ok(Self::tool_result(&result).into())
+    }
+}
+
+impl Gateway {
+    /// Waits until every upstream server's first start attempt ended.
+    pub async fn wait_ready(&self) {
+        self.shared.upstreams.started().await;
+    }
+}

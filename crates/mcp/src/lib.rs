@@ -1,0 +1,32 @@
+//! The MCP side of codemode.
+//!
+//! - [`config`]: the gateway config file (`tools.codeMode` + `mcpServers`),
+//!   checked as a whole with every problem's path; secrets redacted.
+//! - [`upstream`] / [`upstreams`]: clients of the user's MCP servers (stdio
+//!   children and streamable HTTP, via the official `rmcp` SDK): tools,
+//!   resources and prompts, per-call timeouts, restart on crash or hang,
+//!   list-changed refresh; their tools become `mcp` catalog entries and a
+//!   [`codemode_runtime::ToolExecutor`] dispatches the guest's
+//!   `MCP.<server>.<tool>(...)` calls to them.
+//! - [`gateway`]: the MCP server any client connects to; its tool list is
+//!   exactly `exec` and `wait`; each client session is its own code-mode
+//!   scope.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use codemode_mcp::{Gateway, GatewayOptions, parse_config};
+//! let text = r#"{ mcpServers: { memory: { command: "npx", args: ["-y", "@modelcontextprotocol/server-memory"] } } }"#;
+//! let (config, _diagnostics) = parse_config(text, &|name| std::env::var(name).ok())?;
+//! let gateway = Gateway::start(config, GatewayOptions::default())?;
+//! gateway.serve_stdio().await?;
+//! # Ok(()) }
+//! ```
+
+pub mod config;
+pub mod gateway;
+pub mod upstream;
+pub mod upstreams;
+
+pub use config::{ConfigProblems, GatewayConfig, McpServerConfig, Secret, Transport, parse_config};
+pub use gateway::{Gateway, GatewayError, GatewayOptions, GatewaySession};
+pub use upstreams::Upstreams;

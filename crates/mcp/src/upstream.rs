@@ -1,0 +1,539 @@
+//! One upstream MCP server: connecting (stdio child or streamable HTTP),
+//! listing its tools, calling it with a per-call timeout, and restarting
+//! it when it exits or hangs, without touching any other server.
+//!
+//! State machine: `Connecting` → `Ready` (calls go through) → on exit back
+//! to `Connecting` at once; a failed start is `Down` until the next attempt
+//! (backoff 1 s doubling to 30 s). Calls arriving while it connects wait
+//! for it (bounded by the call timeout); calls to a `Down` server fail at
+//! once with the reason. A call that times out triggers a ping; a server
+//! that does not answer it is killed and restarted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientRequest, GetPromptRequestParams,
+    Implementation, InitializeRequestParams, PaginatedRequestParams, PingRequest, ProtocolVersion,
+    ReadResourceRequestParams, ServerResult, Tool,
+};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::{McpServerConfig, Transport};
+
+/// Environment variables a stdio server inherits from the gateway (as the
+/// reference MCP clients do); everything else must be set in `env`.
+const INHERITED_ENV: [&str; 8] = [
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "TMPDIR",
+];
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a server that timed out a call gets to answer a ping.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A failed upstream request, fit for the model (server name and cause,
+/// never a secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UpstreamError(pub String);
+
+/// What the gateway knows of a connected server.
+#[derive(Debug, Clone)]
+pub struct ServerSnapshot {
+    /// Its tools (all pages).
+    pub tools: Arc<Vec<Tool>>,
+    /// Its `instructions`, if any.
+    pub instructions: Option<String>,
+    /// Whether it offers resources.
+    pub resources: bool,
+    /// Whether it offers prompts.
+    pub prompts: bool,
+}
+
+#[derive(Clone)]
+enum Status {
+    Connecting,
+    Ready(Arc<Connection>),
+    Down { error: String, retry_at: Instant },
+    Stopped,
+}
+
+struct Connection {
+    peer: Peer<RoleClient>,
+    /// Ends this connection (kills a child's process group).
+    stop: CancellationToken,
+    snapshot: Mutex<ServerSnapshot>,
+}
+
+/// One configured upstream server.
+pub struct Upstream {
+    config: McpServerConfig,
+    status: watch::Sender<Status>,
+    /// The last tool list seen: kept while the server restarts, so its
+    /// `MCP.<server>` namespace does not vanish from new runs.
+    last_known: Mutex<Option<ServerSnapshot>>,
+    /// Told whenever the tool list or the server's state changes.
+    changed: Arc<dyn Fn() + Send + Sync>,
+    shutdown: CancellationToken,
+}
+
+/// Receives the server's list-changed notifications.
+#[derive(Clone)]
+struct Handler {
+    server: String,
+    refresh: tokio::sync::mpsc::UnboundedSender<()>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> InitializeRequestParams {
+        InitializeRequestParams::new(
+            ClientCapabilities::default(),
+            Implementation::new("codemode", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        debug!(server = %self.server, "tools/list_changed");
+        let _ = self.refresh.send(());
+    }
+}
+
+impl Upstream {
+    /// Starts connecting in the background; `changed` is called whenever
+    /// the server's tools or state change.
+    pub fn start(
+        config: McpServerConfig,
+        changed: Arc<dyn Fn() + Send + Sync>,
+        shutdown: CancellationToken,
+    ) -> Arc<Upstream> {
+        let (status, _) = watch::channel(Status::Connecting);
+        let upstream = Arc::new(Upstream {
+            config,
+            status,
+            last_known: Mutex::new(None),
+            changed,
+            shutdown,
+        });
+        tokio::spawn(Arc::clone(&upstream).supervise());
+        upstream
+    }
+
+    /// The server's name in the config.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Waits until the first connection attempt has ended (or `limit`).
+    pub async fn started(&self, limit: Duration) {
+        let mut rx = self.status.subscribe();
+        let _ = tokio::time::timeout(
+            limit,
+            rx.wait_for(|s| !matches!(s, Status::Connecting)),
+        )
+        .await;
+    }
+
+    /// The tools and capabilities to catalogue: the live ones, or the last
+    /// known while the server restarts; `None` if it never connected.
+    pub fn snapshot(&self) -> Option<ServerSnapshot> {
+        if let Status::Ready(connection) = &*self.status.borrow() {
+            return Some(lock(&connection.snapshot).clone());
+        }
+        lock(&self.last_known).clone()
+    }
+
+    /// Whether the server is connected right now.
+    pub fn is_ready(&self) -> bool {
+        matches!(&*self.status.borrow(), Status::Ready(_))
+    }
+
+    /// The reason the server is not connected, if it is not.
+    pub fn down_reason(&self) -> Option<String> {
+        match &*self.status.borrow() {
+            Status::Down { error, .. } => Some(error.clone()),
+            _ => None,
+        }
+    }
+
+    /// Connects, serves, restarts: runs until shutdown.
+    async fn supervise(self: Arc<Self>) {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            if self.shutdown.is_cancelled() {
+                break;
+            }
+            self.status.send_replace(Status::Connecting);
+            let attempt = tokio::select! {
+                _ = self.shutdown.cancelled() => break,
+                r = tokio::time::timeout(self.config.startup_timeout, self.connect()) => r,
+            };
+            let running = match attempt {
+                Ok(Ok(running)) => running,
+                Ok(Err(error)) => {
+                    self.mark_down(error, &mut backoff).await;
+                    continue;
+                }
+                Err(_) => {
+                    let error = UpstreamError(format!(
+                        "MCP server `{}` did not finish starting within {} ms (startupTimeoutMs)",
+                        self.config.name,
+                        self.config.startup_timeout.as_millis()
+                    ));
+                    self.mark_down(error, &mut backoff).await;
+                    continue;
+                }
+            };
+            backoff = Duration::from_secs(1);
+            let (running, connection, mut refresh) = running;
+            info!(server = %self.config.name, tools = lock(&connection.snapshot).tools.len(), "MCP server connected");
+            *lock(&self.last_known) = Some(lock(&connection.snapshot).clone());
+            self.status.send_replace(Status::Ready(Arc::clone(&connection)));
+            (self.changed)();
+            let stop = connection.stop.clone();
+            let mut waiting = std::pin::pin!(running.waiting());
+            loop {
+                tokio::select! {
+                    quit = &mut waiting => {
+                        debug!(server = %self.config.name, ?quit, "connection ended");
+                        break;
+                    }
+                    _ = stop.cancelled() => {
+                        break;
+                    }
+                    _ = self.shutdown.cancelled() => {
+                        connection.stop.cancel();
+                        break;
+                    }
+                    Some(()) = refresh.recv() => {
+                        self.refresh_tools(&connection).await;
+                    }
+                }
+            }
+            // Dropping the running service (still inside `waiting` if it
+            // was stopped) closes the transport and kills the child.
+            drop(waiting);
+            if self.shutdown.is_cancelled() {
+                break;
+            }
+            warn!(server = %self.config.name, "MCP server connection ended; restarting");
+        }
+        self.status.send_replace(Status::Stopped);
+        (self.changed)();
+    }
+
+    async fn mark_down(&self, error: UpstreamError, backoff: &mut Duration) {
+        warn!(server = %self.config.name, error = %error, retry_in_ms = backoff.as_millis() as u64, "MCP server unavailable");
+        self.status.send_replace(Status::Down {
+            error: error.0,
+            retry_at: Instant::now() + *backoff,
+        });
+        (self.changed)();
+        tokio::select! {
+            _ = self.shutdown.cancelled() => {}
+            _ = tokio::time::sleep(*backoff) => {}
+        }
+        *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    }
+
+    async fn refresh_tools(&self, connection: &Connection) {
+        match list_tools(&connection.peer).await {
+            Ok(tools) => {
+                info!(server = %self.config.name, tools = tools.len(), "tool list changed");
+                let snapshot = {
+                    let mut snapshot = lock(&connection.snapshot);
+                    snapshot.tools = Arc::new(tools);
+                    snapshot.clone()
+                };
+                *lock(&self.last_known) = Some(snapshot);
+                (self.changed)();
+            }
+            Err(e) => warn!(server = %self.config.name, error = %e, "re-listing tools failed"),
+        }
+    }
+
+    async fn connect(
+        &self,
+    ) -> Result<
+        (
+            RunningService<RoleClient, Handler>,
+            Arc<Connection>,
+            tokio::sync::mpsc::UnboundedReceiver<()>,
+        ),
+        UpstreamError,
+    > {
+        let name = &self.config.name;
+        let (refresh_tx, refresh_rx) = tokio::sync::mpsc::unbounded_channel();
+        let handler = Handler {
+            server: name.clone(),
+            refresh: refresh_tx,
+        };
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            UpstreamError(format!("MCP server `{name}`: {what}: {e}"))
+        };
+        let running = match &self.config.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args).env_clear();
+                for key in INHERITED_ENV {
+                    if let Some(value) = std::env::var_os(key) {
+                        cmd.env(key, value);
+                    }
+                }
+                for (key, value) in env {
+                    cmd.env(key, value.expose());
+                }
+                if let Some(cwd) = cwd {
+                    cmd.current_dir(cwd);
+                }
+                let mut wrapped = process_wrap::tokio::CommandWrap::from(cmd);
+                wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+                let (transport, stderr) = TokioChildProcess::builder(wrapped)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| fail(&format!("starting `{command}`"), &e))?;
+                if let Some(stderr) = stderr {
+                    let server = name.clone();
+                    tokio::spawn(async move {
+                        use tokio::io::AsyncBufReadExt;
+                        let mut lines = tokio::io::BufReader::new(stderr).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            info!(target: "codemode_mcp::upstream_stderr", server = %server, "{line}");
+                        }
+                    });
+                }
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|e| fail("initialize failed", &e))?
+            }
+            Transport::Http { url, headers } => {
+                let mut custom = HashMap::new();
+                for (key, value) in headers {
+                    let header = http::HeaderName::from_bytes(key.as_bytes())
+                        .map_err(|_| UpstreamError(format!("MCP server `{name}`: header name `{key}` is not valid")))?;
+                    // The value is a secret: never echo it.
+                    let value = http::HeaderValue::from_str(value.expose()).map_err(|_| {
+                        UpstreamError(format!(
+                            "MCP server `{name}`: the value of header `{key}` is not a valid header value"
+                        ))
+                    })?;
+                    custom.insert(header, value);
+                }
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(custom);
+                let transport = StreamableHttpClientTransport::from_config(config);
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|e| fail("initialize failed", &e))?
+            }
+        };
+        let peer = running.peer().clone();
+        peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
+            .await;
+        let capabilities = peer.peer_info().map(|info| {
+            (
+                info.capabilities.resources.is_some(),
+                info.capabilities.prompts.is_some(),
+                info.instructions.clone(),
+            )
+        });
+        let (resources, prompts, instructions) = capabilities.unwrap_or((false, false, None));
+        let tools = list_tools(&peer)
+            .await
+            .map_err(|e| fail("tools/list failed", &e))?;
+        let connection = Arc::new(Connection {
+            peer,
+            stop: CancellationToken::new(),
+            snapshot: Mutex::new(ServerSnapshot {
+                tools: Arc::new(tools),
+                instructions,
+                resources,
+                prompts,
+            }),
+        });
+        Ok((running, connection, refresh_rx))
+    }
+
+    /// The live connection: waits while the server (re)connects, at most
+    /// `limit`.
+    async fn connection(&self, limit: Duration) -> Result<Arc<Connection>, UpstreamError> {
+        let mut rx = self.status.subscribe();
+        let waited = tokio::time::timeout(
+            limit,
+            rx.wait_for(|s| !matches!(s, Status::Connecting)),
+        )
+        .await;
+        let name = &self.config.name;
+        match waited {
+            Err(_) => Err(UpstreamError(format!(
+                "MCP server `{name}` is still starting after {} ms",
+                limit.as_millis()
+            ))),
+            Ok(Err(_)) => Err(UpstreamError(format!("MCP server `{name}` was shut down"))),
+            Ok(Ok(status)) => match &*status {
+                Status::Ready(connection) => Ok(Arc::clone(connection)),
+                Status::Down { error, retry_at } => Err(UpstreamError(format!(
+                    "{error} (the next start attempt is in {} ms)",
+                    retry_at.saturating_duration_since(Instant::now()).as_millis()
+                ))),
+                Status::Stopped => Err(UpstreamError(format!("MCP server `{name}` was shut down"))),
+                Status::Connecting => Err(UpstreamError(format!("MCP server `{name}` is still starting"))),
+            },
+        }
+    }
+
+    /// Calls a tool; the result is the raw `tools/call` result as JSON.
+    ///
+    /// # Errors
+    /// [`UpstreamError`] when the server is down, the call times out, the
+    /// connection drops, or the server answers with a protocol error.
+    pub async fn call_tool(&self, tool: &str, input: Map<String, Value>) -> Result<Value, UpstreamError> {
+        let name = &self.config.name;
+        let started = Instant::now();
+        let limit = self.config.call_timeout;
+        let connection = self.connection(limit).await?;
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(input);
+        let left = limit.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, connection.peer.call_tool(params)).await {
+            Ok(Ok(mut result)) => {
+                // The wire form older clients know: no `resultType`.
+                result.result_type = None;
+                serde_json::to_value(&result).map_err(|e| {
+                    UpstreamError(format!("MCP server `{name}`: tool `{tool}`: unreadable result: {e}"))
+                })
+            }
+            Ok(Err(e)) => Err(self.service_error(&format!("tool `{tool}`"), &e)),
+            Err(_) => {
+                self.check_alive(connection);
+                Err(UpstreamError(format!(
+                    "MCP server `{name}`: tool `{tool}` did not answer within {} ms (timeoutMs); the call was cancelled",
+                    limit.as_millis()
+                )))
+            }
+        }
+    }
+
+    /// A resource or prompt request; the raw MCP result as JSON.
+    ///
+    /// # Errors
+    /// As [`Upstream::call_tool`].
+    pub async fn request(&self, method: codemode_runtime::McpMethod, params: Value) -> Result<Value, UpstreamError> {
+        use codemode_runtime::McpMethod;
+        let name = &self.config.name;
+        let started = Instant::now();
+        let limit = self.config.call_timeout;
+        let connection = self.connection(limit).await?;
+        let peer = &connection.peer;
+        let text = |key: &str| params.get(key).and_then(Value::as_str).map(str::to_owned);
+        let cursor = PaginatedRequestParams::default().with_cursor(text("cursor"));
+        let left = limit.saturating_sub(started.elapsed());
+        let what = method.as_str();
+        let answer = tokio::time::timeout(left, async {
+            let value = match method {
+                McpMethod::ResourcesList => serde_json::to_value(peer.list_resources(Some(cursor)).await?),
+                McpMethod::ResourceTemplatesList => {
+                    serde_json::to_value(peer.list_resource_templates(Some(cursor)).await?)
+                }
+                McpMethod::PromptsList => serde_json::to_value(peer.list_prompts(Some(cursor)).await?),
+                McpMethod::ResourcesRead => {
+                    let uri = text("uri").unwrap_or_default();
+                    serde_json::to_value(peer.read_resource(ReadResourceRequestParams::new(uri)).await?)
+                }
+                McpMethod::PromptsGet => {
+                    let mut request = GetPromptRequestParams::new(text("name").unwrap_or_default());
+                    if let Some(Value::Object(arguments)) = params.get("arguments") {
+                        request = request.with_arguments(arguments.clone());
+                    }
+                    serde_json::to_value(peer.get_prompt(request).await?)
+                }
+            };
+            Ok::<_, rmcp::ServiceError>(value)
+        })
+        .await;
+        match answer {
+            Ok(Ok(Ok(mut value))) => {
+                if let Some(map) = value.as_object_mut() {
+                    map.remove("resultType");
+                }
+                Ok(value)
+            }
+            Ok(Ok(Err(e))) => Err(UpstreamError(format!("MCP server `{name}`: {what}: unreadable result: {e}"))),
+            Ok(Err(e)) => Err(self.service_error(what, &e)),
+            Err(_) => {
+                self.check_alive(connection);
+                Err(UpstreamError(format!(
+                    "MCP server `{name}`: {what} did not answer within {} ms (timeoutMs); the request was cancelled",
+                    limit.as_millis()
+                )))
+            }
+        }
+    }
+
+    fn service_error(&self, what: &str, error: &rmcp::ServiceError) -> UpstreamError {
+        let name = &self.config.name;
+        match error {
+            rmcp::ServiceError::McpError(data) => {
+                UpstreamError(format!("MCP server `{name}`: {what}: {}", data.message))
+            }
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => UpstreamError(format!(
+                "MCP server `{name}`: {what}: the connection to the server was lost (it crashed or exited); it is being restarted"
+            )),
+            other => UpstreamError(format!("MCP server `{name}`: {what}: {other}")),
+        }
+    }
+
+    /// After a timed-out call: a server that does not answer a ping is
+    /// hung, so its connection is ended (and the supervisor restarts it).
+    fn check_alive(&self, connection: Arc<Connection>) {
+        let name = self.config.name.clone();
+        tokio::spawn(async move {
+            let ping = connection
+                .peer
+                .send_request(ClientRequest::PingRequest(PingRequest::default()));
+            match tokio::time::timeout(PING_TIMEOUT, ping).await {
+                Ok(Ok(ServerResult::EmptyResult(_))) | Ok(Ok(_)) => {
+                    debug!(server = %name, "server answers pings after a timed-out call; keeping it");
+                }
+                _ => {
+                    warn!(server = %name, "server does not answer pings after a timed-out call; restarting it");
+                    connection.stop.cancel();
+                }
+            }
+        });
+    }
+}
+
+async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, rmcp::ServiceError> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    // A server that pages forever is cut off: 1,000 pages is plenty.
+    for _ in 0..1000 {
+        let page = peer
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await?;
+        tools.extend(page.tools);
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    Ok(tools)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
