@@ -1,0 +1,155 @@
+// Shared pieces of the end-to-end tests and the benchmark: the gateway
+// config with real upstream servers, and real MCP clients (the official
+// TypeScript SDK) connected to `codemode serve` over stdio or HTTP.
+import { spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+export const here = dirname(fileURLToPath(import.meta.url));
+export const BIN = process.env.CODEMODE_BIN;
+if (!BIN) throw new Error("set CODEMODE_BIN to the codemode binary (the Rust test harness does)");
+
+const modules = join(here, "node_modules");
+export const servers = {
+  everything: join(modules, "@modelcontextprotocol/server-everything/dist/index.js"),
+  memory: join(modules, "@modelcontextprotocol/server-memory/dist/index.js"),
+  flaky: join(here, "servers/flaky.mjs"),
+};
+
+/** A free TCP port on loopback. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.on("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Waits until `url` accepts TCP connections. */
+async function waitForPort(port, ms = 15000) {
+  const { connect } = await import("node:net");
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    const ok = await new Promise((resolve) => {
+      const c = connect(port, "127.0.0.1", () => { c.end(); resolve(true); });
+      c.on("error", () => resolve(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`nothing listens on port ${port}`);
+}
+
+/** Starts server-everything over streamable HTTP; returns { url, stop }. */
+export async function everythingOverHttp() {
+  const port = await freePort();
+  const child = spawn(process.execPath, [servers.everything, "streamableHttp"], {
+    env: { ...process.env, PORT: String(port) },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  child.stderr.resume();
+  await waitForPort(port);
+  return { url: `http://127.0.0.1:${port}/mcp`, stop: () => child.kill() };
+}
+
+/** Writes a gateway config; `extra` adds servers. Returns its path. */
+export function writeConfig({ timeoutMs = 1500, extra = {} } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), "codemode-e2e-"));
+  const config = {
+    tools: { codeMode: { enabled: true, timeoutMs } },
+    mcpServers: {
+      everything: { command: process.execPath, args: [servers.everything] },
+      memory: {
+        command: process.execPath,
+        args: [servers.memory],
+        env: { MEMORY_FILE_PATH: join(dir, "memory.jsonl") },
+      },
+      flaky: { command: process.execPath, args: [servers.flaky], timeoutMs: 20000 },
+      hangs: { command: process.execPath, args: [servers.flaky], timeoutMs: 1500 },
+      ...extra,
+    },
+  };
+  const path = join(dir, "gateway.json");
+  writeFileSync(path, JSON.stringify(config, null, 2));
+  return path;
+}
+
+function newClient() {
+  return new Client({ name: "codemode-e2e", version: "1.0.0" });
+}
+
+/** A real MCP client on `codemode serve` over stdio. */
+export async function connectStdio(configPath) {
+  const transport = new StdioClientTransport({
+    command: BIN,
+    args: ["serve", "--config", configPath],
+    env: { ...process.env, CODEMODE_LOG: process.env.CODEMODE_LOG ?? "warn" },
+    stderr: "inherit",
+  });
+  const client = newClient();
+  await client.connect(transport);
+  return { client, close: () => client.close() };
+}
+
+/** Starts `codemode serve --http 127.0.0.1:0`; returns { url, stop }. */
+export async function startHttpGateway(configPath) {
+  const child = spawn(BIN, ["serve", "--config", configPath, "--http", "127.0.0.1:0"], {
+    env: { ...process.env, CODEMODE_LOG: process.env.CODEMODE_LOG ?? "warn" },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  const url = await new Promise((resolve, reject) => {
+    let seen = "";
+    const timer = setTimeout(() => reject(new Error(`the gateway did not start:\n${seen}`)), 30000);
+    child.stderr.on("data", (chunk) => {
+      seen += chunk;
+      process.stderr.write(chunk);
+      const m = /serving MCP at (http:\/\/\S+)/.exec(seen);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+    child.on("exit", (code) => reject(new Error(`the gateway exited with ${code}:\n${seen}`)));
+  });
+  const exited = new Promise((resolve) => child.on("exit", resolve));
+  return {
+    url,
+    stop: async () => { child.kill("SIGINT"); return exited; },
+  };
+}
+
+/** A real MCP client on an HTTP gateway. */
+export async function connectHttp(url) {
+  const client = newClient();
+  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  return { client, close: () => client.close() };
+}
+
+/** The code-mode result of an exec or wait call, checked for shape. */
+export function resultOf(response) {
+  const text = response.content?.[0]?.text;
+  const parsed = JSON.parse(text);
+  if (response.structuredContent) {
+    const same = JSON.stringify(response.structuredContent) === JSON.stringify(parsed);
+    if (!same) throw new Error("structuredContent and the text content differ");
+  }
+  if ((parsed.status === "failed") !== (response.isError === true)) {
+    throw new Error(`isError ${response.isError} does not match status ${parsed.status}`);
+  }
+  return parsed;
+}
+
+export async function exec(client, code, language) {
+  const args = language ? { code, language } : { code };
+  return resultOf(await client.callTool({ name: "exec", arguments: args }));
+}
+
+export async function wait(client, runId) {
+  return resultOf(await client.callTool({ name: "wait", arguments: { runId } }));
+}

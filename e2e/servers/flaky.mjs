@@ -1,0 +1,43 @@
+// A small real MCP server (official TypeScript SDK, stdio) whose tools
+// misbehave on purpose, for the gateway's end-to-end tests:
+//   slow({ ms })   answers after `ms` milliseconds
+//   crash()        exits the process in the middle of the call
+//   hang()         blocks the event loop forever (no answers, no pings)
+//   pid()          this process's pid (tells a restart apart)
+//   grow()         registers one more tool and sends tools/list_changed
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { z } from "zod";
+
+const server = new McpServer({ name: "flaky", version: "1.0.0" });
+const text = (value) => ({ content: [{ type: "text", text: String(value) }] });
+
+server.registerTool("slow", {
+  description: "Answers after `ms` milliseconds",
+  inputSchema: { ms: z.number().describe("How long to take") },
+}, async ({ ms }) => {
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  return text(`slept ${ms} ms`);
+});
+
+server.registerTool("crash", { description: "Exits the server in the middle of the call" }, async () => {
+  setTimeout(() => process.exit(3), 10);
+  return new Promise(() => {});
+});
+
+server.registerTool("hang", { description: "Blocks the server forever" }, async () => {
+  setTimeout(() => { for (;;) {} }, 10);
+  return new Promise(() => {});
+});
+
+server.registerTool("pid", { description: "The server's process id" }, async () => text(process.pid));
+
+let grown = 0;
+server.registerTool("grow", { description: "Adds a tool and announces it with tools/list_changed" }, async () => {
+  grown += 1;
+  const name = `grown_${grown}`;
+  server.registerTool(name, { description: `Tool number ${grown} added at run time` }, async () => text(name));
+  return text(name);
+});
+
+await server.connect(new StdioServerTransport());
