@@ -61,8 +61,9 @@ export async function everythingOverHttp() {
   return { url: `http://127.0.0.1:${port}/mcp`, stop: () => child.kill() };
 }
 
-/** Writes a gateway config; `extra` adds servers. Returns its path. */
-export function writeConfig({ timeoutMs = 1500, extra = {} } = {}) {
+/** Writes a gateway config; `extra` adds servers, `flaky: false` leaves
+ * out the misbehaving ones. Returns its path. */
+export function writeConfig({ timeoutMs = 1500, extra = {}, flaky = true } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "codemode-e2e-"));
   const config = {
     tools: { codeMode: { enabled: true, timeoutMs } },
@@ -73,8 +74,10 @@ export function writeConfig({ timeoutMs = 1500, extra = {} } = {}) {
         args: [servers.memory],
         env: { MEMORY_FILE_PATH: join(dir, "memory.jsonl") },
       },
-      flaky: { command: process.execPath, args: [servers.flaky], timeoutMs: 20000 },
-      hangs: { command: process.execPath, args: [servers.flaky], timeoutMs: 1500 },
+      ...(flaky ? {
+        flaky: { command: process.execPath, args: [servers.flaky], timeoutMs: 20000 },
+        hangs: { command: process.execPath, args: [servers.flaky], timeoutMs: 1500 },
+      } : {}),
       ...extra,
     },
   };

@@ -4,9 +4,12 @@
 //!   installing what it needs first (the `wasm32-wasip1` target; Debian's
 //!   `clang-19`, `llvm-19`, `wasi-libc`), and record the source fingerprint.
 //! - `guest-hash`: print the current guest source fingerprint.
+//! - `npm`: install the real MCP components the end-to-end tests use
+//!   (`e2e/package-lock.json`: reference MCP servers, the official
+//!   TypeScript MCP client, the TypeScript compiler) from the npm registry.
 //! - `ci`: the whole test suite, exactly as CI runs it: rebuild the guest from
-//!   source, then format check, clippy (host and guest) and all tests against
-//!   the rebuilt module.
+//!   source, install the npm components, then format check, clippy (host and
+//!   guest) and all tests against the rebuilt module.
 
 use std::path::Path;
 use std::process::Command;
@@ -24,12 +27,13 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("build-guest") => build_guest(),
         Some("ci") => ci(),
+        Some("npm") => npm_install(),
         Some("guest-hash") => {
             println!("{}", guest_source_hash(&workspace_root())?);
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask build-guest | ci | guest-hash");
+            eprintln!("usage: cargo xtask build-guest | npm | ci | guest-hash");
             std::process::exit(2);
         }
     }
@@ -119,9 +123,23 @@ fn guest_cargo(root: &Path, subcommand: &str) -> Result<Command> {
     Ok(cmd)
 }
 
+/// `npm ci` in `e2e/`: exactly the pinned versions of its lock file.
+fn npm_install() -> Result<()> {
+    let root = workspace_root();
+    if !have("node") || !have("npm") {
+        bail!(
+            "Node.js 20+ with npm is needed for the MCP end-to-end tests (the machine image has it)"
+        );
+    }
+    run(Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(root.join("e2e")))
+}
+
 fn ci() -> Result<()> {
     let root = workspace_root();
     build_guest()?;
+    npm_install()?;
     run(cargo().current_dir(&root).args(["fmt", "--all", "--check"]))?;
     run(cargo().current_dir(&root).args([
         "clippy",

@@ -263,6 +263,15 @@ fn serve(
     })
 }
 
+/// Servers that could not start: said on stderr, the rest still works.
+fn report_down(upstreams: &Upstreams) {
+    for server in upstreams.servers() {
+        if let Some(reason) = server.down_reason() {
+            eprintln!("codemode: {reason}");
+        }
+    }
+}
+
 fn catalog(config: &PathBuf) -> Result<ExitCode> {
     let (config, diagnostics) = load_config(Some(config))?;
     print_diagnostics(&diagnostics);
@@ -273,11 +282,7 @@ fn catalog(config: &PathBuf) -> Result<ExitCode> {
         let catalog = upstreams.catalog();
         use std::io::Write;
         let mut stdout = std::io::stdout().lock();
-        for server in upstreams.servers() {
-            if let Some(reason) = server.down_reason() {
-                eprintln!("codemode: {reason}");
-            }
-        }
+        report_down(&upstreams);
         for server in catalog.mcp().servers() {
             for tool in &server.tools {
                 let line = serde_json::json!({
@@ -340,6 +345,7 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
         // The configured MCP servers join the scripted tools.
         let upstreams = Upstreams::start(config.servers, policy.clone());
         upstreams.started().await;
+        report_down(&upstreams);
         let mut definitions = tools.definitions();
         let mut mcp_servers = Vec::new();
         let mcp_catalog = upstreams.catalog();

@@ -290,7 +290,10 @@ mod tests {
 
 /// Runs scripted tools with `scripted` and MCP tools (and MCP resource and
 /// prompt requests) with `mcp`.
-pub fn combined(scripted: Arc<dyn ToolExecutor>, mcp: Arc<dyn ToolExecutor>) -> Arc<dyn ToolExecutor> {
+pub fn combined(
+    scripted: Arc<dyn ToolExecutor>,
+    mcp: Arc<dyn ToolExecutor>,
+) -> Arc<dyn ToolExecutor> {
     Arc::new(Combined { scripted, mcp })
 }
 

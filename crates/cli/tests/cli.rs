@@ -147,6 +147,86 @@ fn check_config_reports_every_problem_with_its_path() {
     assert_eq!(out.status.code(), Some(0));
 }
 
+#[test]
+fn check_config_reports_every_mcp_server_problem_and_exits_one() {
+    let config = write_temp(
+        "check-mcp.json5",
+        r#"{
+          tools: { codeMode: { enabled: "yes", timeoutMs: "soon" } },
+          mcpServers: {
+            ok: { command: "node", args: ["server.js"], env: { TOKEN: "very-secret-value" } },
+            "bad name": { command: "x" },
+            both: { command: "x", url: "https://example.com/mcp" },
+            web: { url: "ftp://example.com", headers: { Authorization: ["very-secret-value"] } },
+          },
+        }"#,
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["check-config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for path in [
+        "tools.codeMode.enabled",
+        "tools.codeMode.timeoutMs",
+        "mcpServers[\"bad name\"]",
+        "mcpServers.both.url",
+        "mcpServers.web.headers.Authorization",
+        "mcpServers.web.url",
+    ] {
+        assert!(text.contains(path), "{path} missing from:\n{text}");
+    }
+    assert!(!text.contains("very-secret-value"), "{text}");
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn the_example_gateway_config_checks_clean() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args([
+            "check-config",
+            root.join("examples/gateway.json5").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.ends_with(": ok (2 MCP servers)\n"), "{text}");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn serve_refuses_a_config_that_turns_code_mode_off() {
+    let config = write_temp(
+        "off.json5",
+        "{ tools: { codeMode: false }, mcpServers: {} }",
+    );
+    let out = codemode(&["serve", "--config", config.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("code mode is disabled"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing on the MCP channel");
+}
+
+#[test]
+fn an_upstream_that_cannot_start_is_reported_and_leaves_the_cell_running() {
+    let config = write_temp(
+        "broken-upstream.json5",
+        r#"{ mcpServers: { ghost: { command: "/nonexistent/codemode-test-server" } } }"#,
+    );
+    let out = codemode(
+        &["exec", "--config", config.to_str().unwrap()],
+        "return Object.keys(MCP)",
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(results(&out)[0]["value"], serde_json::json!([]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("MCP server `ghost`") && err.contains("/nonexistent/codemode-test-server"),
+        "{err}"
+    );
+}
+
 fn tools_file() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tools.json5")
 }

@@ -622,10 +622,14 @@ mod tests {
         )
         .unwrap();
         let shown = format!("{config:?}");
-        assert!(!shown.contains("s3cret") && !shown.contains("hidden-value"), "{shown}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("hidden-value"),
+            "{shown}"
+        );
         assert!(shown.contains("<redacted>"));
-        let err = parse(r#"{ mcpServers: { a: { command: "x", env: { KEY: ["hidden-value"] } } } }"#)
-            .unwrap_err();
+        let err =
+            parse(r#"{ mcpServers: { a: { command: "x", env: { KEY: ["hidden-value"] } } } }"#)
+                .unwrap_err();
         assert!(!err.to_string().contains("hidden-value"), "{err}");
     }
 
@@ -678,7 +682,11 @@ mod tests {
         assert_eq!(expand("a${TOKEN}b", &env).unwrap(), "as3cretb");
         assert_eq!(expand("${NOPE:-fallback}", &env).unwrap(), "fallback");
         assert_eq!(expand("cost $$5 and $x", &env).unwrap(), "cost $5 and $x");
-        assert!(expand("${NOPE}", &env).unwrap_err().contains("NOPE is not set"));
+        assert!(
+            expand("${NOPE}", &env)
+                .unwrap_err()
+                .contains("NOPE is not set")
+        );
         assert!(expand("${1x}", &env).is_err());
         assert!(expand("${OPEN", &env).is_err());
     }

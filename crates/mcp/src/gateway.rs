@@ -302,7 +302,9 @@ impl ServerHandler for GatewaySession {
             "wait" => self.session.wait_call(&call_id, &input).await,
             other => {
                 return Err(ErrorData::invalid_params(
-                    format!("unknown tool `{other}`: this server has exactly two tools, exec and wait"),
+                    format!(
+                        "unknown tool `{other}`: this server has exactly two tools, exec and wait"
+                    ),
                     None,
                 ));
             }

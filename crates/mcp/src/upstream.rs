@@ -84,6 +84,22 @@ pub struct Upstream {
     shutdown: CancellationToken,
 }
 
+/// Kills a stdio server's whole process group when dropped: a child that
+/// hangs (or ignores stdin closing) must not outlive its connection, nor
+/// the gateway (runtime shutdown drops the supervisor and with it this).
+struct ProcessGroupGuard(Option<i32>);
+
+impl Drop for ProcessGroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            // SAFETY: killpg only sends a signal; the group id is the one
+            // this guard's child leads (spawned with ProcessGroup::leader)
+            // and is signalled once.
+            let _ = unsafe { libc::killpg(pgid, libc::SIGKILL) };
+        }
+    }
+}
+
 /// Receives the server's list-changed notifications.
 #[derive(Clone)]
 struct Handler {
@@ -134,11 +150,8 @@ impl Upstream {
     /// Waits until the first connection attempt has ended (or `limit`).
     pub async fn started(&self, limit: Duration) {
         let mut rx = self.status.subscribe();
-        let _ = tokio::time::timeout(
-            limit,
-            rx.wait_for(|s| !matches!(s, Status::Connecting)),
-        )
-        .await;
+        let _ =
+            tokio::time::timeout(limit, rx.wait_for(|s| !matches!(s, Status::Connecting))).await;
     }
 
     /// The tools and capabilities to catalogue: the live ones, or the last
@@ -192,10 +205,11 @@ impl Upstream {
                 }
             };
             backoff = Duration::from_secs(1);
-            let (running, connection, mut refresh) = running;
+            let (running, connection, mut refresh, _group) = running;
             info!(server = %self.config.name, tools = lock(&connection.snapshot).tools.len(), "MCP server connected");
             *lock(&self.last_known) = Some(lock(&connection.snapshot).clone());
-            self.status.send_replace(Status::Ready(Arc::clone(&connection)));
+            self.status
+                .send_replace(Status::Ready(Arc::clone(&connection)));
             (self.changed)();
             let stop = connection.stop.clone();
             let mut waiting = std::pin::pin!(running.waiting());
@@ -266,6 +280,7 @@ impl Upstream {
             RunningService<RoleClient, Handler>,
             Arc<Connection>,
             tokio::sync::mpsc::UnboundedReceiver<()>,
+            ProcessGroupGuard,
         ),
         UpstreamError,
     > {
@@ -278,6 +293,7 @@ impl Upstream {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             UpstreamError(format!("MCP server `{name}`: {what}: {e}"))
         };
+        let mut group = ProcessGroupGuard(None);
         let running = match &self.config.transport {
             Transport::Stdio {
                 command,
@@ -304,6 +320,7 @@ impl Upstream {
                     .stderr(std::process::Stdio::piped())
                     .spawn()
                     .map_err(|e| fail(&format!("starting `{command}`"), &e))?;
+                group.0 = transport.id().and_then(|pid| i32::try_from(pid).ok());
                 if let Some(stderr) = stderr {
                     let server = name.clone();
                     tokio::spawn(async move {
@@ -322,8 +339,11 @@ impl Upstream {
             Transport::Http { url, headers } => {
                 let mut custom = HashMap::new();
                 for (key, value) in headers {
-                    let header = http::HeaderName::from_bytes(key.as_bytes())
-                        .map_err(|_| UpstreamError(format!("MCP server `{name}`: header name `{key}` is not valid")))?;
+                    let header = http::HeaderName::from_bytes(key.as_bytes()).map_err(|_| {
+                        UpstreamError(format!(
+                            "MCP server `{name}`: header name `{key}` is not valid"
+                        ))
+                    })?;
                     // The value is a secret: never echo it.
                     let value = http::HeaderValue::from_str(value.expose()).map_err(|_| {
                         UpstreamError(format!(
@@ -365,18 +385,15 @@ impl Upstream {
                 prompts,
             }),
         });
-        Ok((running, connection, refresh_rx))
+        Ok((running, connection, refresh_rx, group))
     }
 
     /// The live connection: waits while the server (re)connects, at most
     /// `limit`.
     async fn connection(&self, limit: Duration) -> Result<Arc<Connection>, UpstreamError> {
         let mut rx = self.status.subscribe();
-        let waited = tokio::time::timeout(
-            limit,
-            rx.wait_for(|s| !matches!(s, Status::Connecting)),
-        )
-        .await;
+        let waited =
+            tokio::time::timeout(limit, rx.wait_for(|s| !matches!(s, Status::Connecting))).await;
         let name = &self.config.name;
         match waited {
             Err(_) => Err(UpstreamError(format!(
@@ -388,10 +405,14 @@ impl Upstream {
                 Status::Ready(connection) => Ok(Arc::clone(connection)),
                 Status::Down { error, retry_at } => Err(UpstreamError(format!(
                     "{error} (the next start attempt is in {} ms)",
-                    retry_at.saturating_duration_since(Instant::now()).as_millis()
+                    retry_at
+                        .saturating_duration_since(Instant::now())
+                        .as_millis()
                 ))),
                 Status::Stopped => Err(UpstreamError(format!("MCP server `{name}` was shut down"))),
-                Status::Connecting => Err(UpstreamError(format!("MCP server `{name}` is still starting"))),
+                Status::Connecting => Err(UpstreamError(format!(
+                    "MCP server `{name}` is still starting"
+                ))),
             },
         }
     }
@@ -401,7 +422,11 @@ impl Upstream {
     /// # Errors
     /// [`UpstreamError`] when the server is down, the call times out, the
     /// connection drops, or the server answers with a protocol error.
-    pub async fn call_tool(&self, tool: &str, input: Map<String, Value>) -> Result<Value, UpstreamError> {
+    pub async fn call_tool(
+        &self,
+        tool: &str,
+        input: Map<String, Value>,
+    ) -> Result<Value, UpstreamError> {
         let name = &self.config.name;
         let started = Instant::now();
         let limit = self.config.call_timeout;
@@ -413,7 +438,9 @@ impl Upstream {
                 // The wire form older clients know: no `resultType`.
                 result.result_type = None;
                 serde_json::to_value(&result).map_err(|e| {
-                    UpstreamError(format!("MCP server `{name}`: tool `{tool}`: unreadable result: {e}"))
+                    UpstreamError(format!(
+                        "MCP server `{name}`: tool `{tool}`: unreadable result: {e}"
+                    ))
                 })
             }
             Ok(Err(e)) => Err(self.service_error(&format!("tool `{tool}`"), &e)),
@@ -431,7 +458,11 @@ impl Upstream {
     ///
     /// # Errors
     /// As [`Upstream::call_tool`].
-    pub async fn request(&self, method: codemode_runtime::McpMethod, params: Value) -> Result<Value, UpstreamError> {
+    pub async fn request(
+        &self,
+        method: codemode_runtime::McpMethod,
+        params: Value,
+    ) -> Result<Value, UpstreamError> {
         use codemode_runtime::McpMethod;
         let name = &self.config.name;
         let started = Instant::now();
@@ -444,14 +475,21 @@ impl Upstream {
         let what = method.as_str();
         let answer = tokio::time::timeout(left, async {
             let value = match method {
-                McpMethod::ResourcesList => serde_json::to_value(peer.list_resources(Some(cursor)).await?),
+                McpMethod::ResourcesList => {
+                    serde_json::to_value(peer.list_resources(Some(cursor)).await?)
+                }
                 McpMethod::ResourceTemplatesList => {
                     serde_json::to_value(peer.list_resource_templates(Some(cursor)).await?)
                 }
-                McpMethod::PromptsList => serde_json::to_value(peer.list_prompts(Some(cursor)).await?),
+                McpMethod::PromptsList => {
+                    serde_json::to_value(peer.list_prompts(Some(cursor)).await?)
+                }
                 McpMethod::ResourcesRead => {
                     let uri = text("uri").unwrap_or_default();
-                    serde_json::to_value(peer.read_resource(ReadResourceRequestParams::new(uri)).await?)
+                    serde_json::to_value(
+                        peer.read_resource(ReadResourceRequestParams::new(uri))
+                            .await?,
+                    )
                 }
                 McpMethod::PromptsGet => {
                     let mut request = GetPromptRequestParams::new(text("name").unwrap_or_default());
@@ -471,7 +509,9 @@ impl Upstream {
                 }
                 Ok(value)
             }
-            Ok(Ok(Err(e))) => Err(UpstreamError(format!("MCP server `{name}`: {what}: unreadable result: {e}"))),
+            Ok(Ok(Err(e))) => Err(UpstreamError(format!(
+                "MCP server `{name}`: {what}: unreadable result: {e}"
+            ))),
             Ok(Err(e)) => Err(self.service_error(what, &e)),
             Err(_) => {
                 self.check_alive(connection);
@@ -489,9 +529,11 @@ impl Upstream {
             rmcp::ServiceError::McpError(data) => {
                 UpstreamError(format!("MCP server `{name}`: {what}: {}", data.message))
             }
-            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => UpstreamError(format!(
-                "MCP server `{name}`: {what}: the connection to the server was lost (it crashed or exited); it is being restarted"
-            )),
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
+                UpstreamError(format!(
+                    "MCP server `{name}`: {what}: the connection to the server was lost (it crashed or exited); it is being restarted"
+                ))
+            }
             other => UpstreamError(format!("MCP server `{name}`: {what}: {other}")),
         }
     }

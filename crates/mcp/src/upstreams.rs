@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use codemode_runtime::{
-    Catalog, McpServerCall, McpServerInfo, NestedCall, ToolCallError, ToolDefinition,
-    ToolExecutor, ToolFuture, ToolPolicy, ToolSource,
+    Catalog, McpServerCall, McpServerInfo, NestedCall, ToolCallError, ToolDefinition, ToolExecutor,
+    ToolFuture, ToolPolicy, ToolSource,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -103,7 +103,12 @@ impl Upstreams {
             let mut info = McpServerInfo::new(server.name())
                 .with_resources(snapshot.resources)
                 .with_prompts(snapshot.prompts);
-            if let Some(text) = snapshot.instructions.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+            if let Some(text) = snapshot
+                .instructions
+                .as_deref()
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+            {
                 let mut short: String = text.chars().take(MAX_INSTRUCTIONS_CHARS).collect();
                 if short.len() < text.len() {
                     short.push('…');
@@ -123,7 +128,9 @@ impl Upstreams {
                 // (with a log line) instead of failing the whole catalog.
                 match definition.id() {
                     Ok(_) => tools.push(definition),
-                    Err(e) => warn!(server = %server.name(), error = %e, "MCP tool left out of the catalog"),
+                    Err(e) => {
+                        warn!(server = %server.name(), error = %e, "MCP tool left out of the catalog")
+                    }
                 }
             }
         }

@@ -117,8 +117,7 @@ impl Calls {
         };
         match first {
             Poll::Ready(outcome) => {
-                self.trajectory
-                    .record(event(&info, &outcome, started));
+                self.trajectory.record(event(&info, &outcome, started));
                 Some(outcome)
             }
             Poll::Pending => {

@@ -185,7 +185,11 @@ fn check_segments(path: &str) -> Result<(), ApiPathError> {
 }
 
 /// The header `MCP.<server>.$api(toolName?, { schema })` returns.
-pub(crate) fn api_header(server: &McpServerView, tool: Option<&McpToolView>, schema: bool) -> Value {
+pub(crate) fn api_header(
+    server: &McpServerView,
+    tool: Option<&McpToolView>,
+    schema: bool,
+) -> Value {
     let tools: Vec<&McpToolView> = match tool {
         Some(t) => vec![t],
         None => server.tools.iter().collect(),
@@ -265,11 +269,16 @@ fn render_server(server: &McpServerView, only: Option<&McpToolView>, inline: boo
         "MCP server \"{}\": call as MCP.{}.<tool>({{ ... }}); every tool resolves to McpToolResult.",
         server.info.name, server.js_name
     );
-    if let Some(description) = server.info.description.as_deref().filter(|d| !d.trim().is_empty()) {
+    if let Some(description) = server
+        .info
+        .description
+        .as_deref()
+        .filter(|d| !d.trim().is_empty())
+    {
         doc.push_str("\n\n");
         doc.push_str(description);
     }
-    write_doc(&mut out, "", &doc, &[]);
+    write_doc(&mut out, "", &doc);
     let _ = writeln!(out, "declare namespace MCP.{} {{", server.js_name);
     if only.is_none() {
         out.push_str(
@@ -281,8 +290,10 @@ fn render_server(server: &McpServerView, only: Option<&McpToolView>, inline: boo
         Some(t) => vec![t],
         None => server.tools.iter().collect(),
     };
-    for tool in tools {
-        out.push('\n');
+    for (i, tool) in tools.iter().enumerate() {
+        if i > 0 || only.is_none() {
+            out.push('\n');
+        }
         render_tool(&mut out, tool);
     }
     if only.is_none() {
@@ -321,8 +332,9 @@ fn render_tool(out: &mut String, tool: &McpToolView) {
     let _ = write!(doc, "MCP tool \"{}\" ({}).", entry.name, entry.id);
     let schema = input_schema(&entry.parameters);
     let root = &schema;
-    let params = param_docs(root);
-    write_doc(out, "  ", &doc, &params);
+    // Property descriptions and defaults are doc comments on the input
+    // type's keys (no `@param` copies: they would cost the model twice).
+    write_doc(out, "  ", &doc);
     let ty = ts_type(root, root, 1, "  ");
     let optional = !has_required(root);
     let _ = writeln!(
@@ -341,25 +353,6 @@ fn has_required(schema: &Value) -> bool {
         .is_some_and(|r| !r.is_empty())
 }
 
-/// `@param input.key description` lines for the top-level properties.
-fn param_docs(schema: &Value) -> Vec<String> {
-    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
-        return Vec::new();
-    };
-    properties
-        .iter()
-        .filter_map(|(key, p)| {
-            let description = p.get("description").and_then(Value::as_str)?.trim();
-            (!description.is_empty()).then(|| {
-                format!(
-                    "@param input.{key} {}",
-                    one_line(&truncate(description, 300))
-                )
-            })
-        })
-        .collect()
-}
-
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -374,7 +367,7 @@ fn truncate(text: &str, max: usize) -> String {
 }
 
 /// A doc comment that nothing inside can end early.
-fn write_doc(out: &mut String, indent: &str, text: &str, tags: &[String]) {
+fn write_doc(out: &mut String, indent: &str, text: &str) {
     let text = truncate(text.trim(), MAX_DOC_CHARS).replace("*/", "*\\/");
     let _ = writeln!(out, "{indent}/**");
     for line in text.lines() {
@@ -384,9 +377,6 @@ fn write_doc(out: &mut String, indent: &str, text: &str, tags: &[String]) {
         } else {
             let _ = writeln!(out, "{indent} * {line}");
         }
-    }
-    for tag in tags {
-        let _ = writeln!(out, "{indent} * {}", tag.replace("*/", "*\\/"));
     }
     let _ = writeln!(out, "{indent} */");
 }
@@ -614,7 +604,11 @@ fn union(parts: Vec<String>) -> String {
     if unique.iter().any(|p| p == "unknown") {
         return "unknown".into();
     }
-    unique.iter().map(|p| paren(p)).collect::<Vec<_>>().join(" | ")
+    unique
+        .iter()
+        .map(|p| paren(p))
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 #[cfg(test)]
@@ -632,7 +626,9 @@ mod tests {
         assert_eq!(ty(json!({"enum": ["a", "b", 3]})), "\"a\" | \"b\" | 3");
         assert_eq!(ty(json!({"type": ["string", "null"]})), "string | null");
         assert_eq!(
-            ty(json!({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "number"}}]})),
+            ty(
+                json!({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "number"}}]})
+            ),
             "string | number[]"
         );
         assert_eq!(
@@ -640,8 +636,14 @@ mod tests {
             "(\"x\" | \"y\")[]"
         );
         assert_eq!(ty(json!({"const": "fixed"})), "\"fixed\"");
-        assert_eq!(ty(json!({"type": "string", "nullable": true})), "string | null");
-        assert_eq!(ty(json!({"prefixItems": [{"type": "string"}, {"type": "number"}], "type": "array"})), "[string, number]");
+        assert_eq!(
+            ty(json!({"type": "string", "nullable": true})),
+            "string | null"
+        );
+        assert_eq!(
+            ty(json!({"prefixItems": [{"type": "string"}, {"type": "number"}], "type": "array"})),
+            "[string, number]"
+        );
         assert_eq!(ty(json!(true)), "unknown");
         assert_eq!(ty(json!({})), "unknown");
     }
@@ -683,7 +685,7 @@ mod tests {
     #[test]
     fn comments_cannot_be_closed_by_descriptions() {
         let mut out = String::new();
-        write_doc(&mut out, "", "evil */ declare const x: 1; /*", &[]);
+        write_doc(&mut out, "", "evil */ declare const x: 1; /*");
         assert!(!out.contains("evil */"), "{out}");
     }
 }

@@ -58,6 +58,7 @@
 //! - Runs are bound to their scope (agent, session, agent run); abort,
 //!   expiry, run end and shutdown cancel in-flight calls and drop snapshots.
 
+mod bridge;
 mod calls;
 mod catalog;
 mod config;
@@ -78,7 +79,8 @@ pub use catalog::{
     ToolSource,
 };
 pub use session::{
-    CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext, ToolCallError, ToolExecutor, ToolFuture,
+    CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext, ToolCallError, ToolExecutor,
+    ToolFuture,
 };
 pub use surface::{
     ExecHookMetadata, ModelTool, SurfaceError, check_model_tools, exec_hook_metadata, model_tools,
@@ -91,10 +93,10 @@ pub fn typescript_transformer_initialised() -> bool {
     codemode_transform::typescript_transformer_initialised()
 }
 
-pub use declarations::{ApiFile, ApiFiles, ApiPathError};
-pub use mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView, js_identifier};
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
+pub use declarations::{ApiFile, ApiFiles, ApiPathError};
 pub use input::{ExecInput, InputError, WaitInput};
+pub use mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView, js_identifier};
 pub use result::{
     CodeModeResult, ErrorCode, Output, PendingToolCall, SnapshotEvent, Telemetry, WaitReason,
 };

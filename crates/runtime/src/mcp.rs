@@ -216,10 +216,7 @@ pub fn js_identifier(name: &str) -> String {
 /// Unique identifiers for `names` (given in a deterministic order), none
 /// in `taken`: the first holder of a base name keeps it, later ones get
 /// `2`, `3`, ... appended.
-fn unique_identifiers<'a>(
-    names: impl Iterator<Item = &'a str>,
-    taken: &[&str],
-) -> Vec<String> {
+fn unique_identifiers<'a>(names: impl Iterator<Item = &'a str>, taken: &[&str]) -> Vec<String> {
     let mut used: BTreeSet<String> = taken.iter().map(|s| (*s).to_owned()).collect();
     names
         .map(|name| {
@@ -273,7 +270,8 @@ impl McpNamespace {
             .zip(server_names)
             .map(|((info, mut tools), js_name)| {
                 tools.sort_by(|a, b| a.name.cmp(&b.name));
-                let names = unique_identifiers(tools.iter().map(|t| t.name.as_str()), &SERVER_MEMBERS);
+                let names =
+                    unique_identifiers(tools.iter().map(|t| t.name.as_str()), &SERVER_MEMBERS);
                 McpServerView {
                     js_name,
                     info,
@@ -458,7 +456,10 @@ mod tests {
         let ok = prepare_input("MCP.x.y", &schema, json!({ "a": 1, "c": 2 })).unwrap();
         assert_eq!(ok, json!({ "a": 1, "b": 3, "c": 2 }));
         let err = prepare_input("MCP.x.y", &schema, json!([1])).unwrap_err();
-        assert!(err.contains("one object argument") && err.contains("an array"), "{err}");
+        assert!(
+            err.contains("one object argument") && err.contains("an array"),
+            "{err}"
+        );
         let ok = prepare_input("MCP.x.y", &json!({}), Value::Null).unwrap();
         assert_eq!(ok, json!({}));
     }

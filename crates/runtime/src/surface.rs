@@ -194,3 +194,52 @@ pub fn exec_hook_metadata(raw_input: &Value) -> ExecHookMetadata {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use crate::catalog::{ToolDefinition, ToolPolicy, ToolSource};
+
+    #[test]
+    fn the_model_visible_list_stays_small_whatever_the_catalog() {
+        let mut tools = Vec::new();
+        for server in 0..400 {
+            for tool in 0..25 {
+                tools.push(
+                    ToolDefinition::new(
+                        ToolSource::Mcp,
+                        &format!("server-number-{server}"),
+                        &format!("tool_{tool}"),
+                    )
+                    .with_description(&"a long description ".repeat(20))
+                    .with_parameters(
+                        json!({"type": "object", "properties": {"x": {"type": "string"}}}),
+                    ),
+                );
+            }
+        }
+        for tool in 0..500 {
+            tools.push(ToolDefinition::new(
+                ToolSource::Plugin,
+                "p",
+                &format!("t{tool}"),
+            ));
+        }
+        let catalog = Catalog::build(tools, &ToolPolicy::default()).unwrap();
+        let config = CodeModeConfig::default();
+        let listed = serde_json::to_string(&model_tools(&config, &catalog)).unwrap();
+        assert!(listed.len() < 4096, "{} bytes", listed.len());
+        assert!(listed.contains("serverNumber0 (25 tools)"), "{listed}");
+        assert!(
+            listed.contains("more (see API.list(\\\"mcp\\\"))"),
+            "{listed}"
+        );
+        let names: Vec<&str> = model_tools(&config, &catalog)
+            .iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(names, ["exec", "wait"]);
+    }
+}

@@ -1,0 +1,69 @@
+//! Shared by the tests that need the real MCP components of `e2e/` (the
+//! reference MCP servers, the official TypeScript client, the TypeScript
+//! compiler), installed from the npm registry at the pinned versions of
+//! `e2e/package-lock.json`.
+#![allow(dead_code, reason = "each test binary uses part of this")]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The `e2e/` folder.
+pub fn e2e_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../e2e")
+}
+
+/// Runs `npm ci` in `e2e/` unless its `node_modules` matches the lock
+/// file; one test process at a time (a file lock), since test binaries
+/// run in parallel.
+pub fn ensure_npm_installed() -> PathBuf {
+    let dir = e2e_dir();
+    let lock = File::create(std::env::temp_dir().join("codemode-e2e-npm.lock")).unwrap();
+    lock.lock().expect("lock the npm install");
+    let installed = dir.join("node_modules/.package-lock.json");
+    let fresh = match (
+        installed.metadata(),
+        dir.join("package-lock.json").metadata(),
+    ) {
+        (Ok(i), Ok(l)) => i.modified().unwrap() >= l.modified().unwrap(),
+        _ => false,
+    };
+    if !fresh {
+        let out = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("npm is needed for the MCP end-to-end tests (Node.js 20 or newer): {e}")
+            });
+        assert!(
+            out.status.success(),
+            "npm ci in e2e/ failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+/// Runs a node script in `e2e/`, failing the test with its output when it
+/// fails.
+pub fn node(args: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = ensure_npm_installed();
+    let mut cmd = Command::new("node");
+    cmd.args(args).current_dir(&dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("node is needed for the MCP end-to-end tests: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "node {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
