@@ -212,7 +212,7 @@ impl Upstream {
                 .send_replace(Status::Ready(Arc::clone(&connection)));
             (self.changed)();
             let stop = connection.stop.clone();
-            let mut waiting = std::pin::pin!(running.waiting());
+            let mut waiting = Box::pin(running.waiting());
             loop {
                 tokio::select! {
                     quit = &mut waiting => {
