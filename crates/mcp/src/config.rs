@@ -178,7 +178,7 @@ pub fn parse_config(
         None => {}
         Some(Value::Object(map)) => {
             for (name, value) in map {
-                let path = format!("mcpServers.{}", path_key(name));
+                let path = join("mcpServers", name);
                 if let Some(server) =
                     parse_server(name, value, &path, env, &mut errors, &mut diagnostics)
                 {
