@@ -2,6 +2,7 @@
 // config with real upstream servers, and real MCP clients (the official
 // TypeScript SDK) connected to `codemode serve` over stdio or HTTP.
 import { spawn } from "node:child_process";
+import { isDeepStrictEqual } from "node:util";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -139,8 +140,9 @@ export function resultOf(response) {
   const text = response.content?.[0]?.text;
   const parsed = JSON.parse(text);
   if (response.structuredContent) {
-    const same = JSON.stringify(response.structuredContent) === JSON.stringify(parsed);
-    if (!same) throw new Error("structuredContent and the text content differ");
+    if (!isDeepStrictEqual(response.structuredContent, parsed)) {
+      throw new Error("structuredContent and the text content differ");
+    }
   }
   if ((parsed.status === "failed") !== (response.isError === true)) {
     throw new Error(`isError ${response.isError} does not match status ${parsed.status}`);

@@ -243,10 +243,9 @@ fn serve(
         let gateway = Gateway::start(config, options)?;
         let stopper = gateway.clone();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                tracing::info!("interrupted; shutting down");
-                stopper.shutdown();
-            }
+            shutdown_signal().await;
+            tracing::info!("signal received; shutting down");
+            stopper.shutdown();
         });
         match http {
             None => gateway.serve_stdio().await?,
@@ -261,6 +260,21 @@ fn serve(
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Ctrl-C or SIGTERM (what process managers send).
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }
 
 /// Servers that could not start: said on stderr, the rest still works.

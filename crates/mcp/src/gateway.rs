@@ -256,7 +256,10 @@ impl GatewaySession {
     /// the same object as `structuredContent`, `isError` when it failed.
     fn tool_result(result: &CodeModeResult) -> CallToolResult {
         let value = result.to_json();
-        let mut out = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
+        // The text keeps the contract's field order (status first,
+        // telemetry last), which reads better than sorted keys.
+        let text = serde_json::to_string(result).unwrap_or_else(|_| value.to_string());
+        let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
         out.is_error = Some(matches!(result, CodeModeResult::Failed { .. }));
         out.structured_content = Some(value);
         out

@@ -98,8 +98,12 @@ fn tick_loop(engine: &Engine, shared: &Shared) {
         if idle > LINGER_TICKS {
             let mut guard = shared.lock.lock().unwrap_or_else(PoisonError::into_inner);
             shared.parked.store(true, Ordering::SeqCst);
-            while shared.running.load(Ordering::SeqCst) == 0 && !shared.stop.load(Ordering::SeqCst) {
-                guard = shared.wake.wait(guard).unwrap_or_else(PoisonError::into_inner);
+            while shared.running.load(Ordering::SeqCst) == 0 && !shared.stop.load(Ordering::SeqCst)
+            {
+                guard = shared
+                    .wake
+                    .wait(guard)
+                    .unwrap_or_else(PoisonError::into_inner);
             }
             shared.parked.store(false, Ordering::SeqCst);
             drop(guard);
