@@ -16,7 +16,7 @@ use crate::calls::{CallInfo, Finished};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
 use crate::drive::{DriveCtx, RunState};
 use crate::result::ErrorCode;
-use crate::session::{McpMethod, McpServerCall, NestedCall};
+use crate::session::{McpMethod, McpServerCall, NestedCall, ToolFuture};
 
 /// The settlement delivering a finished nested call to the guest.
 pub(crate) fn settlement(ctx: &DriveCtx, done: Finished) -> (u32, Settlement) {
@@ -213,8 +213,40 @@ fn over_pending_limit(ctx: &DriveCtx, state: &RunState) -> Option<Settlement> {
     })
 }
 
-/// Starts a nested call of a catalog entry (checked by the caller);
-/// `None` when it is now in flight.
+/// Counts and starts one nested call (a tool call, or an MCP resource or
+/// prompt request) under `maxPendingToolCalls`; `start` asks the executor.
+/// `None` when the call is now in flight.
+fn start_call(
+    ctx: &DriveCtx,
+    state: &mut RunState,
+    request_id: u32,
+    (tool_id, method): (String, &'static str),
+    input: Value,
+    start: impl FnOnce(&RunState, String, Value) -> ToolFuture,
+) -> Option<Settlement> {
+    if let Some(refused) = over_pending_limit(ctx, state) {
+        return Some(refused);
+    }
+    state.info.call_count += 1;
+    if !state.info.tool_ids.contains(&tool_id) {
+        state.info.tool_ids.push(tool_id.clone());
+    }
+    let call_id = state.calls.next_call_id(&state.parent_call_id);
+    let info = CallInfo {
+        call_id: call_id.clone(),
+        tool_id: tool_id.clone(),
+        method,
+        parent_call_id: state.parent_call_id.clone(),
+        input_bytes: input.to_string().len() as u64,
+    };
+    let future = start(state, call_id, input);
+    state
+        .calls
+        .start(&ctx.handle, request_id, info, future)
+        .map(|outcome| outcome_settlement(ctx, outcome, &tool_id))
+}
+
+/// Starts a nested call of a catalog entry (checked by the caller).
 fn start_tool_call(
     ctx: &DriveCtx,
     state: &mut RunState,
@@ -222,32 +254,23 @@ fn start_tool_call(
     entry: &Arc<CatalogEntry>,
     input: Value,
 ) -> Option<Settlement> {
-    if let Some(refused) = over_pending_limit(ctx, state) {
-        return Some(refused);
-    }
-    state.info.call_count += 1;
-    if !state.info.tool_ids.contains(&entry.id) {
-        state.info.tool_ids.push(entry.id.clone());
-    }
-    let call_id = state.calls.next_call_id(&state.parent_call_id);
-    let info = CallInfo {
-        call_id: call_id.clone(),
-        tool_id: entry.id.clone(),
-        method: "call",
-        parent_call_id: state.parent_call_id.clone(),
-        input_bytes: input.to_string().len() as u64,
-    };
-    let future = state.executor.call(NestedCall {
-        context: Arc::clone(&state.context),
-        parent_call_id: state.parent_call_id.clone(),
-        call_id,
-        tool: Arc::clone(entry),
+    let key = (entry.id.clone(), "call");
+    start_call(
+        ctx,
+        state,
+        request_id,
+        key,
         input,
-    });
-    state
-        .calls
-        .start(&ctx.handle, request_id, info, future)
-        .map(|outcome| outcome_settlement(ctx, outcome, &entry.id))
+        |state, call_id, input| {
+            state.executor.call(NestedCall {
+                context: Arc::clone(&state.context),
+                parent_call_id: state.parent_call_id.clone(),
+                call_id,
+                tool: Arc::clone(entry),
+                input,
+            })
+        },
+    )
 }
 
 /// `tools.call(id, input)`; `None` when the call is now in flight.
@@ -411,36 +434,28 @@ fn mcp_request(
     if let Err(message) = result {
         return nested_failure(message);
     }
-    if let Some(refused) = over_pending_limit(ctx, state) {
-        return Some(refused);
-    }
     let server_name = server.info.name.clone();
-    let tool_id = format!("mcp:{server_name}:{}", method.as_str());
-    state.info.call_count += 1;
-    if !state.info.tool_ids.contains(&tool_id) {
-        state.info.tool_ids.push(tool_id.clone());
-    }
-    let params = Value::Object(checked);
-    let call_id = state.calls.next_call_id(&state.parent_call_id);
-    let info = CallInfo {
-        call_id: call_id.clone(),
-        tool_id: tool_id.clone(),
-        method: method.as_str(),
-        parent_call_id: state.parent_call_id.clone(),
-        input_bytes: params.to_string().len() as u64,
-    };
-    let future = state.executor.mcp_request(McpServerCall {
-        context: Arc::clone(&state.context),
-        parent_call_id: state.parent_call_id.clone(),
-        call_id,
-        server: server_name,
-        method,
-        params,
-    });
-    state
-        .calls
-        .start(&ctx.handle, request_id, info, future)
-        .map(|outcome| outcome_settlement(ctx, outcome, &tool_id))
+    let key = (
+        format!("mcp:{server_name}:{}", method.as_str()),
+        method.as_str(),
+    );
+    start_call(
+        ctx,
+        state,
+        request_id,
+        key,
+        Value::Object(checked),
+        |state, call_id, params| {
+            state.executor.mcp_request(McpServerCall {
+                context: Arc::clone(&state.context),
+                parent_call_id: state.parent_call_id.clone(),
+                call_id,
+                server: server_name,
+                method,
+                params,
+            })
+        },
+    )
 }
 
 /// `MCP.<server>.$api(toolName?, { schema? })`, answered by the host.
