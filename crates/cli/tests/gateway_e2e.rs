@@ -23,3 +23,43 @@ fn typescript_mcp_client_against_the_gateway_over_stdio_and_http() {
     assert!(out.contains("ℹ fail 0"), "{out}");
     assert!(!out.contains("ℹ pass 0"), "{out}");
 }
+
+#[test]
+fn catalog_lists_every_upstream_tool_with_its_call() {
+    let dir = common::ensure_npm_installed();
+    let server = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let config =
+        std::env::temp_dir().join(format!("codemode-catalog-{}.json5", std::process::id()));
+    std::fs::write(
+        &config,
+        format!(
+            "{{ mcpServers: {{ everything: {{ command: \"node\", args: [{:?}] }}, ghost: {{ command: \"/nonexistent/server\" }} }} }}",
+            server.to_string_lossy()
+        ),
+    )
+    .expect("write config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["catalog", "--config", config.to_str().expect("utf-8 path")])
+        .output()
+        .expect("codemode runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let sum = lines
+        .iter()
+        .find(|l| l["id"] == "mcp:everything:get-sum")
+        .expect("get-sum is listed");
+    assert_eq!(sum["call"], "MCP.everything.getSum");
+    assert!(lines.len() >= 10, "{lines:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("MCP server `ghost`"),
+        "the server that cannot start is reported: {err}"
+    );
+}

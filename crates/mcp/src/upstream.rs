@@ -76,6 +76,9 @@ struct Connection {
 pub struct Upstream {
     config: McpServerConfig,
     status: watch::Sender<Status>,
+    /// Set once the first connection attempt ended (either way): new
+    /// sessions wait for that, not for later restarts.
+    first_attempt: watch::Sender<bool>,
     /// The last tool list seen: kept while the server restarts, so its
     /// `MCP.<server>` namespace does not vanish from new runs.
     last_known: Mutex<Option<ServerSnapshot>>,
@@ -131,9 +134,11 @@ impl Upstream {
         shutdown: CancellationToken,
     ) -> Arc<Upstream> {
         let (status, _) = watch::channel(Status::Connecting);
+        let (first_attempt, _) = watch::channel(false);
         let upstream = Arc::new(Upstream {
             config,
             status,
+            first_attempt,
             last_known: Mutex::new(None),
             changed,
             shutdown,
@@ -240,6 +245,7 @@ impl Upstream {
             warn!(server = %self.config.name, "MCP server connection ended; restarting");
         }
         self.status.send_replace(Status::Stopped);
+        self.first_attempt.send_replace(true);
         (self.changed)();
     }
 
@@ -249,6 +255,7 @@ impl Upstream {
             error: error.0,
             retry_at: Instant::now() + *backoff,
         });
+        self.first_attempt.send_replace(true);
         (self.changed)();
         tokio::select! {
             _ = self.shutdown.cancelled() => {}
