@@ -235,7 +235,7 @@ fn serve(
     let (config, diagnostics) = load_config(Some(config))?;
     print_diagnostics(&diagnostics);
     let tokio = tokio_runtime()?;
-    tokio.block_on(async move {
+    let served = tokio.block_on(async move {
         let options = GatewayOptions {
             policy: ToolPolicy { allow: None, deny },
             allowed_hosts: allow_hosts.clone(),
@@ -259,7 +259,12 @@ fn serve(
             }
         }
         Ok(ExitCode::SUCCESS)
-    })
+    });
+    // A stdio read cannot be cancelled: do not wait for it (nor for any
+    // other task) once serving has stopped. Dropped tasks kill upstream
+    // process groups on the way out.
+    tokio.shutdown_timeout(std::time::Duration::from_millis(500));
+    served
 }
 
 /// Ctrl-C or SIGTERM (what process managers send).

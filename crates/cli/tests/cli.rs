@@ -393,3 +393,34 @@ fn typescript_cells_run_with_language_typescript() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(results(&out)[0]["code"], "module_access_denied");
 }
+
+#[test]
+fn serve_exits_on_sigterm_even_while_the_client_says_nothing() {
+    let config = write_temp("idle.json5", "{ mcpServers: {} }");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Give it time to start serving; stdin stays open and silent.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("codemode serve did not exit within 10 s of SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+}

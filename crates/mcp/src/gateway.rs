@@ -145,11 +145,16 @@ impl Gateway {
     /// # Errors
     /// [`GatewayError::Stdio`] when the handshake fails.
     pub async fn serve_stdio(&self) -> Result<(), GatewayError> {
-        let running = self
-            .session()
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| GatewayError::Stdio(e.to_string()))?;
+        // The handshake waits on the client: a shutdown must end it too.
+        let running = tokio::select! {
+            r = self.session().serve(rmcp::transport::stdio()) => {
+                r.map_err(|e| GatewayError::Stdio(e.to_string()))?
+            }
+            _ = self.shared.shutdown.cancelled() => {
+                self.shutdown();
+                return Ok(());
+            }
+        };
         let reason = tokio::select! {
             r = running.waiting() => format!("{r:?}"),
             _ = self.shared.shutdown.cancelled() => "shutdown".into(),
