@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 import { join } from "node:path";
 import {
   connectHttp, connectStdio, everythingOverHttp, exec, here, startHttpGateway, wait, writeConfig,
@@ -180,7 +181,9 @@ for (const transport of ["stdio", "http"]) {
         assert.doesNotMatch(String(after), /^error/);
       });
 
-      test("tools/list_changed refreshes the catalog for new runs", async () => {
+      test("tools/list_changed refreshes the catalog for new runs and reaches the client", async () => {
+        let notified = 0;
+        client.setNotificationHandler(ToolListChangedNotificationSchema, () => { notified += 1; });
         const grown = await exec(client, `return (await MCP.flaky.grow()).content[0].text`);
         assert.equal(grown.status, "completed", JSON.stringify(grown));
         let r;
@@ -190,6 +193,11 @@ for (const transport of ["stdio", "http"]) {
           await new Promise((r) => setTimeout(r, 100));
         }
         assert.equal(r.value, "grown_1");
+        // The exec description counts the new tool: the client is told to re-list.
+        for (let i = 0; i < 40 && notified === 0; i++) await new Promise((r) => setTimeout(r, 50));
+        assert.ok(notified >= 1, "the gateway sent notifications/tools/list_changed");
+        const { tools } = await client.listTools();
+        assert.match(tools.find((t) => t.name === "exec").description, /flaky \(6 tools\)/);
       });
 
       test("declaration files are valid TypeScript and type real calls", async () => {

@@ -20,7 +20,7 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
     Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -137,6 +137,7 @@ impl Gateway {
             id,
             session,
             catalog_version: AtomicU64::new(self.shared.upstreams.version()),
+            ended: self.shared.shutdown.child_token(),
         }
     }
 
@@ -183,9 +184,15 @@ impl Gateway {
         let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
         hosts.extend(allowed_hosts.iter().cloned());
         let gateway = self.clone();
+        // An idle HTTP session is reaped after this; its suspended runs
+        // must stay resumable for their whole TTL.
+        let ttl = self.shared.runtime.config().snapshot_ttl_seconds;
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.keep_alive =
+            Some(std::time::Duration::from_secs(ttl.max(300) + 60));
         let service = StreamableHttpService::new(
             move || Ok(gateway.session()),
-            Arc::new(LocalSessionManager::default()),
+            Arc::new(sessions),
             StreamableHttpServerConfig::default()
                 .with_allowed_hosts(hosts)
                 .with_cancellation_token(ct.child_token()),
@@ -223,10 +230,13 @@ pub struct GatewaySession {
     id: String,
     session: CodeModeSession,
     catalog_version: AtomicU64,
+    /// Cancelled when the session ends: stops its list-changed watcher.
+    ended: CancellationToken,
 }
 
 impl Drop for GatewaySession {
     fn drop(&mut self) {
+        self.ended.cancel();
         info!(session = %self.id, "MCP client session ended");
     }
 }
@@ -273,9 +283,14 @@ impl GatewaySession {
 
 impl ServerHandler for GatewaySession {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
     }
 
     /// Sessions need a handshake: later protocol versions are stateless
@@ -284,6 +299,44 @@ impl ServerHandler for GatewaySession {
         Cow::Borrowed(ProtocolVersion::known_up_to(
             &ProtocolVersion::LATEST_WITH_INITIALIZE,
         ))
+    }
+
+    /// Watches the upstream servers for this session: when what the exec
+    /// description says changes (servers, tool counts), the client is told
+    /// `notifications/tools/list_changed`.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let peer = context.peer;
+        let upstreams = Arc::clone(&self.shared.upstreams);
+        let runtime = self.shared.runtime.clone();
+        let ended = self.ended.clone();
+        let mut versions = upstreams.watch_version();
+        let described = move || {
+            let catalog = upstreams.catalog();
+            codemode_runtime::model_tools(runtime.config(), &catalog)
+                .into_iter()
+                .map(|t| t.description)
+                .collect::<Vec<_>>()
+        };
+        let mut last = described();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = ended.cancelled() => break,
+                    changed = versions.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                    }
+                }
+                let now = described();
+                if now != last {
+                    last = now;
+                    if peer.notify_tool_list_changed().await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
     }
 
     async fn list_tools(

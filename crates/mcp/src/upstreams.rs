@@ -2,7 +2,6 @@
 //! only when a server's tools or state changed) and the [`ToolExecutor`]
 //! that sends nested MCP calls to the right server.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -23,8 +22,8 @@ const MAX_INSTRUCTIONS_CHARS: usize = 600;
 /// The gateway's upstream servers.
 pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
-    /// Bumped whenever a server's tools or state change.
-    version: Arc<AtomicU64>,
+    /// Bumped whenever a server's tools or state change; sessions watch it.
+    version: Arc<tokio::sync::watch::Sender<u64>>,
     cached: Mutex<Option<(u64, Arc<Catalog>)>>,
     policy: ToolPolicy,
     shutdown: CancellationToken,
@@ -36,12 +35,12 @@ impl Upstreams {
         // https upstreams use rustls with the ring provider; installing it
         // twice (a second gateway in one process) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let version = Arc::new(AtomicU64::new(1));
+        let version = Arc::new(tokio::sync::watch::Sender::new(1u64));
         let shutdown = CancellationToken::new();
         let bump = {
             let version = Arc::clone(&version);
             Arc::new(move || {
-                version.fetch_add(1, Ordering::SeqCst);
+                version.send_modify(|v| *v += 1);
             }) as Arc<dyn Fn() + Send + Sync>
         };
         let servers = configs
@@ -76,7 +75,12 @@ impl Upstreams {
 
     /// A counter that changes whenever the catalog would.
     pub fn version(&self) -> u64 {
-        self.version.load(Ordering::SeqCst)
+        *self.version.borrow()
+    }
+
+    /// Tells about every change of [`Upstreams::version`].
+    pub fn watch_version(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.version.subscribe()
     }
 
     /// The catalog of every server's tools as of now (cached per version).
