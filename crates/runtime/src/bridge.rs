@@ -12,7 +12,7 @@ use std::sync::Arc;
 use codemode_sandbox::{HostRequest, Settlement};
 use serde_json::{Map, Value};
 
-use crate::calls::{CallInfo, Finished};
+use crate::calls::{CallInfo, Finished, json_len};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
 use crate::drive::{DriveCtx, RunState};
 use crate::result::ErrorCode;
@@ -237,7 +237,7 @@ fn start_call(
         tool_id: tool_id.clone(),
         method,
         parent_call_id: state.parent_call_id.clone(),
-        input_bytes: input.to_string().len() as u64,
+        input_bytes: json_len(&input),
     };
     let future = start(state, call_id, input);
     state

@@ -200,6 +200,26 @@ impl Drop for Calls {
     }
 }
 
+/// Bytes of `value` as compact JSON, counted without building the text
+/// (this runs twice per nested call: input and result sizes).
+pub(crate) fn json_len(value: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
+}
+
 fn millis(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }
@@ -210,7 +230,7 @@ fn event(
     started: Instant,
 ) -> TrajectoryEvent {
     let (status, error, result_bytes) = match outcome {
-        Ok(value) => ("ok", None, value.to_string().len() as u64),
+        Ok(value) => ("ok", None, json_len(value)),
         Err(e) => ("error", Some(e.message.clone()), 0),
     };
     TrajectoryEvent::NestedToolCall {

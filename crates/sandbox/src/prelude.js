@@ -271,6 +271,17 @@
     return request(payload);
   }
 
+  /** A request to `method` for a host-given catalog `id` with `input`:
+   * the JSON text before the input is built once per function, not per
+   * call (the hot path of conveniences and MCP tools). */
+  function idRequest(method, id) {
+    const prefix = '{"method":"' + method + '","params":{"id":' + stringify(id) + ',"input":';
+    return function (input) {
+      const fast = fastJson(input === undefined ? null : input, ObjectProto, ArrayProto);
+      return fast !== undefined ? request(prefix + fast + "}}") : hostRequest(method, { id: id, input: input });
+    };
+  }
+
   function yield_control(reason) {
     const r = reason === undefined ? null : StringCtor(reason);
     return hostRequest("yield", { reason: r }).then(() => undefined);
@@ -323,10 +334,11 @@
   }
 
   function mcpTool(label, id) {
+    const send = idRequest("mcp.call", id);
     return function () {
       const problem = objectArgument(label, arguments, null);
       if (problem) return rejected(problem);
-      return hostRequest("mcp.call", { id: id, input: arguments.length === 0 ? null : arguments[0] });
+      return send(arguments.length === 0 ? null : arguments[0]);
     };
   }
 
@@ -387,7 +399,8 @@
       const name = conveniences[i][0];
       const id = conveniences[i][1];
       if (name === "search" || name === "describe" || name === "call") continue;
-      catalog[name] = { [name](input) { return callTool(id, input); } }[name];
+      const send = idRequest("call", id);
+      catalog[name] = { [name](input) { return send(input); } }[name];
     }
     defineGlobal("tools", freeze(catalog));
     const mcp = createObject(null);
