@@ -93,6 +93,19 @@ pub(crate) struct DriveCtx {
 }
 
 impl DriveCtx {
+    /// The context of an exec or wait of `session` that starts now: its
+    /// deadline is `timeoutMs` from here. Must run inside the tokio runtime.
+    fn starting_now(session: &CodeModeSession) -> DriveCtx {
+        let inner = Arc::clone(&session.runtime.inner);
+        DriveCtx {
+            limits: limits_of(&inner),
+            deadline: Instant::now() + Duration::from_millis(inner.config.timeout_ms),
+            inner,
+            handle: tokio::runtime::Handle::current(),
+            scope: Arc::clone(&session.scope),
+        }
+    }
+
     /// After this, results are no longer delivered in this call but kept
     /// for the next `wait`: a result arriving just before the deadline must
     /// not start guest work that the deadline would kill (losing the run).
@@ -165,13 +178,7 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
             };
             let mut state = RunState::new(session, call_id, input.language);
             state.source_map = prepared.source_map;
-            let ctx = DriveCtx {
-                limits: limits_of(&inner),
-                deadline: Instant::now() + Duration::from_millis(inner.config.timeout_ms),
-                inner: Arc::clone(&inner),
-                handle: tokio::runtime::Handle::current(),
-                scope: Arc::clone(&session.scope),
-            };
+            let ctx = DriveCtx::starting_now(session);
             let code = prepared.code;
             let work = move || {
                 let mut state = state;
@@ -255,13 +262,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
             return record_call_run(session, call_id, "wait", Some(&input.run_id), result);
         }
     };
-    let ctx = DriveCtx {
-        limits: limits_of(&inner),
-        deadline: Instant::now() + Duration::from_millis(inner.config.timeout_ms),
-        inner: Arc::clone(&inner),
-        handle: tokio::runtime::Handle::current(),
-        scope: Arc::clone(&session.scope),
-    };
+    let ctx = DriveCtx::starting_now(session);
     let run_id = input.run_id;
     let id_for_record = run_id.clone();
     let work = move || {
