@@ -116,7 +116,8 @@ export async function startHttpGateway(configPath) {
     child.stderr.on("data", (chunk) => {
       seen += chunk;
       process.stderr.write(chunk);
-      const m = /serving MCP at (http:\/\/\S+)/.exec(seen);
+      // Only a whole line: stderr may arrive cut anywhere.
+      const m = /serving MCP at (http:\/\/\S+\/mcp)\n/.exec(seen);
       if (m) { clearTimeout(timer); resolve(m[1]); }
     });
     child.on("exit", (code) => reject(new Error(`the gateway exited with ${code}:\n${seen}`)));
