@@ -399,8 +399,14 @@ impl Upstream {
     /// `limit`.
     async fn connection(&self, limit: Duration) -> Result<Arc<Connection>, UpstreamError> {
         let mut rx = self.status.subscribe();
-        let waited =
-            tokio::time::timeout(limit, rx.wait_for(|s| !matches!(s, Status::Connecting))).await;
+        // A connection whose transport already closed (the server just
+        // exited) is not used: the supervisor is about to replace it.
+        let usable = |s: &Status| match s {
+            Status::Connecting => false,
+            Status::Ready(connection) => !connection.peer.is_transport_closed(),
+            Status::Down { .. } | Status::Stopped => true,
+        };
+        let waited = tokio::time::timeout(limit, rx.wait_for(usable)).await;
         let name = &self.config.name;
         match waited {
             Err(_) => Err(UpstreamError(format!(
