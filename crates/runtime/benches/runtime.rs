@@ -72,6 +72,8 @@ fn setup(
         config,
         RuntimeOptions {
             max_suspended_runs,
+            // The held-runs bench fills the store from one session.
+            max_suspended_runs_per_scope: max_suspended_runs,
             ..RuntimeOptions::default()
         },
     )

@@ -248,7 +248,8 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 StoreError::Unknown
                 | StoreError::Busy
                 | StoreError::OtherScope
-                | StoreError::Full { .. } => (ErrorCode::InvalidInput, Vec::new()),
+                | StoreError::Full { .. }
+                | StoreError::ScopeFull { .. } => (ErrorCode::InvalidInput, Vec::new()),
             };
             let failed =
                 CodeModeResult::failure(code, e.message(&input.run_id), Telemetry::default());

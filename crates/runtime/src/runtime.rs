@@ -22,6 +22,10 @@ pub struct RuntimeOptions {
     /// Suspended runs held at once; a run that would exceed it fails with
     /// `snapshot_limit_exceeded` and a message saying so.
     pub max_suspended_runs: usize,
+    /// Suspended runs one scope (session / agent run) may hold at once, so
+    /// one client cannot fill the process's store; past it the exec fails
+    /// with `snapshot_limit_exceeded`.
+    pub max_suspended_runs_per_scope: usize,
     /// The largest nested tool result (as JSON) the bridge delivers into a
     /// VM; larger results reject the call with a clear message.
     pub max_tool_result_bytes: usize,
@@ -32,6 +36,7 @@ impl Default for RuntimeOptions {
         RuntimeOptions {
             sandbox: SandboxConfig::default(),
             max_suspended_runs: 1024,
+            max_suspended_runs_per_scope: 256,
             max_tool_result_bytes: 4 << 20,
         }
     }
@@ -112,7 +117,10 @@ impl CodeModeRuntime {
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             config,
             sandbox,
-            store: RunStore::new(options.max_suspended_runs),
+            store: RunStore::new(
+                options.max_suspended_runs,
+                options.max_suspended_runs_per_scope,
+            ),
             options,
             scopes: Mutex::new(HashMap::new()),
             default_scope: Arc::new(ScopeState::new(

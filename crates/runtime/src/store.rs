@@ -30,6 +30,7 @@ pub(crate) enum StoreError {
     Aborted,
     OtherScope,
     Full { limit: usize },
+    ScopeFull { limit: usize },
 }
 
 impl StoreError {
@@ -52,6 +53,9 @@ impl StoreError {
             ),
             StoreError::Full { limit } => format!(
                 "too many suspended runs are held at once (limit {limit}); finish or abandon some before starting more"
+            ),
+            StoreError::ScopeFull { limit } => format!(
+                "this session already holds {limit} suspended runs (the limit per session); resume them with wait or let them expire before starting more"
             ),
         }
     }
@@ -77,13 +81,17 @@ impl Slot {
 pub(crate) struct RunStore {
     runs: Mutex<HashMap<String, Slot>>,
     max_runs: usize,
+    /// So one session (one MCP client, one agent run) cannot take every
+    /// slot of the process from the others.
+    max_runs_per_scope: usize,
 }
 
 impl RunStore {
-    pub(crate) fn new(max_runs: usize) -> RunStore {
+    pub(crate) fn new(max_runs: usize, max_runs_per_scope: usize) -> RunStore {
         RunStore {
             runs: Mutex::new(HashMap::new()),
             max_runs,
+            max_runs_per_scope,
         }
     }
 
@@ -152,6 +160,20 @@ impl RunStore {
         if live >= self.max_runs {
             return Err(StoreError::Full {
                 limit: self.max_runs,
+            });
+        }
+        let scope = &run.state.scope;
+        let in_scope = runs
+            .values()
+            .filter(|slot| match slot {
+                Slot::Waiting(other) => other.state.scope == *scope,
+                Slot::Resuming { scope: other, .. } => other == scope,
+                Slot::Expired | Slot::Aborted => false,
+            })
+            .count();
+        if in_scope >= self.max_runs_per_scope {
+            return Err(StoreError::ScopeFull {
+                limit: self.max_runs_per_scope,
             });
         }
         // Tombstones are bounded too.

@@ -377,6 +377,34 @@ async fn the_store_bounds_live_runs_and_snapshot_bytes() {
     );
     assert_eq!(runtime.suspended_runs(), 2);
 
+    let shared_store = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 100}}}",
+        RuntimeOptions {
+            max_suspended_runs: 10,
+            max_suspended_runs_per_scope: 2,
+            ..RuntimeOptions::default()
+        },
+    );
+    let greedy = session(&shared_store, tools(), Scripted::default());
+    for _ in 0..2 {
+        assert_eq!(
+            exec(&greedy, "await yield_control(); return 1").await["status"],
+            "waiting"
+        );
+    }
+    let r = exec(&greedy, "await yield_control(); return 1").await;
+    assert_eq!(r["code"], "snapshot_limit_exceeded", "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("limit per session"),
+        "{r}"
+    );
+    let other = session(&shared_store, tools(), Scripted::default());
+    assert_eq!(
+        exec(&other, "await yield_control(); return 1").await["status"],
+        "waiting",
+        "another session still gets a slot"
+    );
+
     let small = runtime_with(
         "{tools:{codeMode:{enabled:true, timeoutMs: 100, maxSnapshotBytes: 1024}}}",
         RuntimeOptions::default(),
