@@ -238,7 +238,7 @@ fn serve(
     let served = tokio.block_on(async move {
         let options = GatewayOptions {
             policy: ToolPolicy { allow: None, deny },
-            allowed_hosts: allow_hosts.clone(),
+            allowed_hosts: allow_hosts,
         };
         let gateway = Gateway::start(config, options)?;
         let stopper = gateway.clone();
@@ -251,7 +251,7 @@ fn serve(
             None => gateway.serve_stdio().await?,
             Some(addr) => {
                 gateway
-                    .serve_http(addr, &allow_hosts, |bound| {
+                    .serve_http(addr, |bound| {
                         // Scripts read this line to learn the port.
                         eprintln!("codemode: serving MCP at http://{bound}/mcp");
                     })

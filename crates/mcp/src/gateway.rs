@@ -69,6 +69,7 @@ pub struct GatewayOptions {
 struct Shared {
     runtime: CodeModeRuntime,
     upstreams: Arc<Upstreams>,
+    allowed_hosts: Vec<String>,
     sessions: AtomicU64,
     shutdown: CancellationToken,
 }
@@ -101,6 +102,7 @@ impl Gateway {
             shared: Arc::new(Shared {
                 runtime,
                 upstreams,
+                allowed_hosts: options.allowed_hosts,
                 sessions: AtomicU64::new(0),
                 shutdown: CancellationToken::new(),
             }),
@@ -120,7 +122,7 @@ impl Gateway {
     /// A new MCP client session (its own code-mode scope).
     pub fn session(&self) -> GatewaySession {
         let n = self.shared.sessions.fetch_add(1, Ordering::SeqCst) + 1;
-        let id = format!("mcp-{n}-{:016x}", codemode_sandbox_random());
+        let id = format!("mcp-{n}-{:016x}", session_nonce());
         let context = RunContext {
             agent_id: Some("codemode-gateway".into()),
             session_id: Some(id.clone()),
@@ -166,7 +168,7 @@ impl Gateway {
     }
 
     /// Serves MCP over streamable HTTP at `http://<addr>/mcp` until
-    /// [`Gateway::shutdown`] (or Ctrl-C, when `ctrl_c` is set). `on_bound`
+    /// [`Gateway::shutdown`]. `on_bound`
     /// is told the bound address (useful with port 0).
     ///
     /// # Errors
@@ -174,7 +176,6 @@ impl Gateway {
     pub async fn serve_http(
         &self,
         addr: SocketAddr,
-        allowed_hosts: &[String],
         on_bound: impl FnOnce(SocketAddr),
     ) -> Result<(), GatewayError> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -182,7 +183,7 @@ impl Gateway {
         on_bound(bound);
         let ct = self.shared.shutdown.clone();
         let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
-        hosts.extend(allowed_hosts.iter().cloned());
+        hosts.extend(self.shared.allowed_hosts.iter().cloned());
         let gateway = self.clone();
         // An idle HTTP session is reaped after this; its suspended runs
         // must stay resumable for their whole TTL.
@@ -217,7 +218,7 @@ impl Gateway {
 
 /// Session ids only need to be unique and unguessable enough within this
 /// process: std's randomly keyed hasher gives 64 fresh bits.
-fn codemode_sandbox_random() -> u64 {
+fn session_nonce() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     std::collections::hash_map::RandomState::new()
         .build_hasher()
