@@ -294,7 +294,8 @@ fn call(
     start_tool_call(ctx, state, request_id, &entry, input)
 }
 
-/// The `MCP.<server>.<tool>` label of an MCP catalog entry, for messages.
+/// The `MCP.<server>.<tool>` label of an MCP catalog entry, for error
+/// messages only (it scans the namespace).
 fn mcp_label(catalog: &Catalog, entry: &CatalogEntry) -> String {
     catalog
         .mcp()
@@ -328,9 +329,12 @@ fn mcp_call(
             ));
         }
     };
-    let label = mcp_label(&state.catalog, &entry);
     let input = params.get("input").cloned().unwrap_or(Value::Null);
-    let input = match crate::mcp::prepare_input(&label, &entry.parameters, input) {
+    let input = match crate::mcp::prepare_input(
+        || mcp_label(&state.catalog, &entry),
+        &entry.parameters,
+        input,
+    ) {
         Ok(input) => input,
         Err(message) => return nested_failure(message),
     };

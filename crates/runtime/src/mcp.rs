@@ -328,13 +328,19 @@ impl McpNamespace {
 ///
 /// # Errors
 /// A message for the model naming the call and what is wrong.
-pub(crate) fn prepare_input(label: &str, schema: &Value, input: Value) -> Result<Value, String> {
+/// `label` names the call in messages; it is only built for an error.
+pub(crate) fn prepare_input(
+    label: impl Fn() -> String,
+    schema: &Value,
+    input: Value,
+) -> Result<Value, String> {
     let mut object = match input {
         Value::Null => Map::new(),
         Value::Object(map) => map,
         other => {
             return Err(format!(
-                "{label} takes one object argument like {{ key: value }}, got {}",
+                "{} takes one object argument like {{ key: value }}, got {}",
+                label(),
                 json_kind(&other)
             ));
         }
@@ -357,7 +363,8 @@ pub(crate) fn prepare_input(label: &str, schema: &Value, input: Value) -> Result
         if !missing.is_empty() {
             let names: Vec<String> = missing.iter().map(|k| format!("`{k}`")).collect();
             return Err(format!(
-                "{label}: missing required {} {}; see API.read(\"mcp/...\") or $api() for the input type",
+                "{}: missing required {} {}; see API.read(\"mcp/...\") or $api() for the input type",
+                label(),
                 if missing.len() == 1 { "key" } else { "keys" },
                 names.join(", ")
             ));
@@ -451,16 +458,16 @@ mod tests {
             "properties": { "a": { "type": "number" }, "b": { "type": "number", "default": 3 } },
             "required": ["a", "c"]
         });
-        let err = prepare_input("MCP.x.y", &schema, json!({})).unwrap_err();
+        let err = prepare_input(|| "MCP.x.y".into(), &schema, json!({})).unwrap_err();
         assert!(err.contains("missing required keys `a`, `c`"), "{err}");
-        let ok = prepare_input("MCP.x.y", &schema, json!({ "a": 1, "c": 2 })).unwrap();
+        let ok = prepare_input(|| "MCP.x.y".into(), &schema, json!({ "a": 1, "c": 2 })).unwrap();
         assert_eq!(ok, json!({ "a": 1, "b": 3, "c": 2 }));
-        let err = prepare_input("MCP.x.y", &schema, json!([1])).unwrap_err();
+        let err = prepare_input(|| "MCP.x.y".into(), &schema, json!([1])).unwrap_err();
         assert!(
             err.contains("one object argument") && err.contains("an array"),
             "{err}"
         );
-        let ok = prepare_input("MCP.x.y", &json!({}), Value::Null).unwrap();
+        let ok = prepare_input(|| "MCP.x.y".into(), &json!({}), Value::Null).unwrap();
         assert_eq!(ok, json!({}));
     }
 }

@@ -350,6 +350,20 @@ async fn snapshots_expire_after_the_ttl() {
     );
 }
 
+/// Suspends `held` runs in `s`, then checks the next one is refused with
+/// `snapshot_limit_exceeded` and a message containing `why`.
+async fn suspend_until_refused(s: &codemode_runtime::CodeModeSession, held: usize, why: &str) {
+    for _ in 0..held {
+        assert_eq!(
+            exec(s, "await yield_control(); return 1").await["status"],
+            "waiting"
+        );
+    }
+    let r = exec(s, "await yield_control(); return 1").await;
+    assert_eq!(r["code"], "snapshot_limit_exceeded", "{r}");
+    assert!(r["error"].as_str().unwrap().contains(why), "{r}");
+}
+
 #[tokio::test]
 async fn the_store_bounds_live_runs_and_snapshot_bytes() {
     let runtime = runtime_with(
@@ -360,21 +374,7 @@ async fn the_store_bounds_live_runs_and_snapshot_bytes() {
         },
     );
     let s = session(&runtime, tools(), Scripted::default());
-    for _ in 0..2 {
-        assert_eq!(
-            exec(&s, "await yield_control(); return 1").await["status"],
-            "waiting"
-        );
-    }
-    let r = exec(&s, "await yield_control(); return 1").await;
-    assert_eq!(r["code"], "snapshot_limit_exceeded", "{r}");
-    assert!(
-        r["error"]
-            .as_str()
-            .unwrap()
-            .contains("too many suspended runs"),
-        "{r}"
-    );
+    suspend_until_refused(&s, 2, "too many suspended runs").await;
     assert_eq!(runtime.suspended_runs(), 2);
 
     let shared_store = runtime_with(
@@ -386,18 +386,7 @@ async fn the_store_bounds_live_runs_and_snapshot_bytes() {
         },
     );
     let greedy = session(&shared_store, tools(), Scripted::default());
-    for _ in 0..2 {
-        assert_eq!(
-            exec(&greedy, "await yield_control(); return 1").await["status"],
-            "waiting"
-        );
-    }
-    let r = exec(&greedy, "await yield_control(); return 1").await;
-    assert_eq!(r["code"], "snapshot_limit_exceeded", "{r}");
-    assert!(
-        r["error"].as_str().unwrap().contains("limit per session"),
-        "{r}"
-    );
+    suspend_until_refused(&greedy, 2, "limit per session").await;
     let other = session(&shared_store, tools(), Scripted::default());
     assert_eq!(
         exec(&other, "await yield_control(); return 1").await["status"],
