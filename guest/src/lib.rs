@@ -376,7 +376,7 @@ struct JsonWriter<'js> {
 }
 
 /// Objects nested deeper than this go to the adapter (which refuses them).
-const MAX_FAST_DEPTH: usize = 200;
+const MAX_FAST_DEPTH: usize = 100;
 
 impl<'js> JsonWriter<'js> {
     fn value(&mut self, value: &Value<'js>) -> rquickjs::Result<Written> {

@@ -239,6 +239,7 @@ fn serve(
         let options = GatewayOptions {
             policy: ToolPolicy { allow: None, deny },
             allowed_hosts: allow_hosts,
+            ..GatewayOptions::default()
         };
         let gateway = Gateway::start(config, options)?;
         let stopper = gateway.clone();

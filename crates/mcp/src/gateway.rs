@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use codemode_runtime::{
     CodeModeResult, CodeModeRuntime, CodeModeSession, RunContext, RuntimeError, ToolPolicy,
@@ -64,13 +64,26 @@ pub struct GatewayOptions {
     /// Host names an HTTP client may use besides loopback (the `Host`
     /// header check against DNS rebinding).
     pub allowed_hosts: Vec<String>,
+    /// MCP client sessions open at once over HTTP (0 = the default, 1,024);
+    /// a client past it gets an error naming the limit.
+    pub max_http_sessions: usize,
+    /// An HTTP session idle this long is closed (`None` = the runs' TTL
+    /// plus a minute, at least six minutes: a waiting run stays resumable).
+    pub http_session_idle: Option<std::time::Duration>,
 }
+
+/// The default for [`GatewayOptions::max_http_sessions`].
+pub const DEFAULT_MAX_HTTP_SESSIONS: usize = 1024;
 
 struct Shared {
     runtime: CodeModeRuntime,
     upstreams: Arc<Upstreams>,
     allowed_hosts: Vec<String>,
+    max_http_sessions: usize,
+    http_session_idle: Option<std::time::Duration>,
     sessions: AtomicU64,
+    /// Sessions open now (a session counts until its handler is dropped).
+    open_sessions: Arc<AtomicUsize>,
     shutdown: CancellationToken,
 }
 
@@ -103,7 +116,13 @@ impl Gateway {
                 runtime,
                 upstreams,
                 allowed_hosts: options.allowed_hosts,
+                max_http_sessions: match options.max_http_sessions {
+                    0 => DEFAULT_MAX_HTTP_SESSIONS,
+                    n => n,
+                },
+                http_session_idle: options.http_session_idle,
                 sessions: AtomicU64::new(0),
+                open_sessions: Arc::new(AtomicUsize::new(0)),
                 shutdown: CancellationToken::new(),
             }),
         })
@@ -134,6 +153,7 @@ impl Gateway {
             self.shared.upstreams.executor(),
         );
         info!(session = %id, "MCP client session started");
+        self.shared.open_sessions.fetch_add(1, Ordering::SeqCst);
         GatewaySession {
             shared: Arc::clone(&self.shared),
             id,
@@ -189,10 +209,23 @@ impl Gateway {
         // must stay resumable for their whole TTL.
         let ttl = self.shared.runtime.config().snapshot_ttl_seconds;
         let mut sessions = LocalSessionManager::default();
-        sessions.session_config.keep_alive =
-            Some(std::time::Duration::from_secs(ttl.max(300) + 60));
+        sessions.session_config.keep_alive = Some(
+            self.shared
+                .http_session_idle
+                .unwrap_or(std::time::Duration::from_secs(ttl.max(300) + 60)),
+        );
+        let max_sessions = self.shared.max_http_sessions;
         let service = StreamableHttpService::new(
-            move || Ok(gateway.session()),
+            move || {
+                let open = gateway.shared.open_sessions.load(Ordering::SeqCst);
+                if open >= max_sessions {
+                    tracing::warn!(open, max_sessions, "HTTP session refused: too many open");
+                    return Err(std::io::Error::other(format!(
+                        "too many MCP sessions are open on this gateway ({open}, the limit is {max_sessions}); close idle sessions (HTTP DELETE) or try again later"
+                    )));
+                }
+                Ok(gateway.session())
+            },
             Arc::new(sessions),
             StreamableHttpServerConfig::default()
                 .with_allowed_hosts(hosts)
@@ -236,8 +269,12 @@ pub struct GatewaySession {
 }
 
 impl Drop for GatewaySession {
+    /// The client is gone: its running cells stop now (their nested calls
+    /// are cancelled) instead of running to their timeouts.
     fn drop(&mut self) {
         self.ended.cancel();
+        self.session.abort();
+        self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
         info!(session = %self.id, "MCP client session ended");
     }
 }
@@ -356,6 +393,20 @@ impl ServerHandler for GatewaySession {
     ) -> Result<CallToolResponse, ErrorData> {
         let input = Value::Object(request.arguments.unwrap_or_default());
         let call_id = format!("{}:{}", self.id, context.id);
+        // `notifications/cancelled` (or the session closing) cancels the
+        // request's token. The exec blocks this task while its VM runs, so
+        // the watcher runs beside it.
+        let watcher = {
+            let canceller = self.session.canceller();
+            let call_id = call_id.clone();
+            let ct = context.ct.clone();
+            tokio::spawn(async move {
+                ct.cancelled().await;
+                info!(call = %call_id, "client cancelled the call");
+                canceller.cancel_call(&call_id);
+            })
+        };
+        let _stop_watcher = AbortOnDrop(watcher);
         let result = match request.name.as_ref() {
             "exec" => {
                 self.refresh_catalog().await;
@@ -372,6 +423,15 @@ impl ServerHandler for GatewaySession {
             }
         };
         Ok(Self::tool_result(&result).into())
+    }
+}
+
+/// Aborts a helper task when the request it watches is done.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -48,10 +48,28 @@ pub(crate) fn outcome_settlement(
             }
         }
         Err(e) => Settlement::reject_with_code(
-            format!("tool {tool_id} failed: {}", e.message),
+            format!(
+                "tool {tool_id} failed: {}",
+                codemode_sandbox::bounded_text(e.message, codemode_sandbox::MAX_ERROR_BYTES)
+            ),
             ErrorCode::NestedToolFailed.as_str(),
         ),
     }
+}
+
+/// The longest id, name, query, path or URI a guest request may carry: far
+/// above any real one, and small enough that looking it up (suggestions
+/// included) is cheap whatever the guest sends.
+pub(crate) const MAX_NAME_BYTES: usize = 1024;
+
+/// Params that name something (rather than carry tool input).
+const NAME_FIELDS: &[&str] = &["id", "name", "query", "path", "uri", "prefix", "server", "tool"];
+
+fn oversized_name(params: &Map<String, Value>) -> Option<(&'static str, usize)> {
+    NAME_FIELDS.iter().find_map(|&field| match params.get(field) {
+        Some(Value::String(s)) if s.len() > MAX_NAME_BYTES => Some((field, s.len())),
+        _ => None,
+    })
 }
 
 fn bad_request(message: String) -> Settlement {
@@ -66,6 +84,13 @@ pub(crate) fn handle_request(
     ready: &mut VecDeque<(u32, Settlement)>,
 ) {
     let HostRequest { id, payload } = request;
+    let payload = match payload {
+        Ok(payload) => payload,
+        Err(e) => {
+            ready.push_back((id, bad_request(format!("bridge request refused: {e}"))));
+            return;
+        }
+    };
     let method = payload.get("method").and_then(Value::as_str).unwrap_or("");
     let empty = Map::new();
     let params = match payload.get("params") {
@@ -81,6 +106,16 @@ pub(crate) fn handle_request(
             return;
         }
     };
+    if let Some((field, bytes)) = oversized_name(params) {
+        ready.push_back((
+            id,
+            bad_request(format!(
+                "bridge request `{}`: `{field}` is {bytes} bytes; ids, names, queries, paths and URIs are at most {MAX_NAME_BYTES} bytes",
+                codemode_sandbox::bounded_text(method.to_owned(), 64)
+            )),
+        ));
+        return;
+    }
     let reply = match method {
         "yield" => {
             state.yields.push(id);
@@ -224,6 +259,13 @@ fn start_call(
     input: Value,
     start: impl FnOnce(&RunState, String, Value) -> ToolFuture,
 ) -> Option<Settlement> {
+    if ctx.limits.cancel.is_cancelled() || ctx.scope.is_aborted() {
+        // Nothing new starts after an abort or cancellation.
+        return Some(Settlement::reject_with_code(
+            "the run was aborted: no more nested calls start",
+            ErrorCode::Aborted.as_str(),
+        ));
+    }
     if let Some(refused) = over_pending_limit(ctx, state) {
         return Some(refused);
     }
@@ -664,7 +706,7 @@ mod tests {
         };
         let mut state = RunState::new(&f.session, "exec_1", Language::JavaScript);
         let mut ready = VecDeque::new();
-        handle_request(&ctx, &mut state, HostRequest { id: 7, payload }, &mut ready);
+        handle_request(&ctx, &mut state, HostRequest { id: 7, payload: Ok(payload) }, &mut ready);
         let (id, settlement) = ready.pop_front().expect("answered at once");
         assert_eq!(id, 7);
         settlement

@@ -1,4 +1,4 @@
-//! The hidden, per-run tool catalog (SPEC §6): effective tools after policy,
+//! The hidden, per-run tool catalog (`docs/guest-api.md`): effective tools after policy,
 //! with stable ids, the compact guest view (`ALL_TOOLS`, conveniences),
 //! search ranking and `describe` lookups.
 //!
@@ -611,6 +611,11 @@ impl Catalog {
 
     /// Up to three guest-visible ids closest to `asked`.
     fn suggest(&self, asked: &str) -> Vec<&str> {
+        // Nothing real is this long; and the distance work below stays
+        // bounded by (catalog size × this²) whatever a guest asks.
+        if asked.len() > MAX_SUGGEST_BYTES {
+            return Vec::new();
+        }
         let asked = asked.to_lowercase();
         let tail = asked.rsplit(':').next().unwrap_or(&asked).to_owned();
         let mut scored: Vec<(usize, &str)> = self
@@ -620,9 +625,19 @@ impl Catalog {
             .filter_map(|e| {
                 let name = e.name.to_lowercase();
                 let id = e.id.to_lowercase();
-                let d = levenshtein(&tail, &name).min(levenshtein(&asked, &id));
                 let related = name.contains(&tail) || tail.contains(&name);
-                let close = d <= (tail.chars().count().max(3) / 2).max(2);
+                let threshold = (tail.chars().count().max(3) / 2).max(2);
+                // The distance is at least the length difference: skip the
+                // quadratic work when it cannot be close.
+                let d = if related
+                    || name.len().abs_diff(tail.len()) <= threshold
+                    || id.len().abs_diff(asked.len()) <= threshold
+                {
+                    levenshtein(&tail, &name).min(levenshtein(&asked, &id))
+                } else {
+                    usize::MAX
+                };
+                let close = d <= threshold;
                 (related || close).then_some((if related { 0 } else { d }, e.id.as_str()))
             })
             .collect();
@@ -687,6 +702,9 @@ fn score(e: &CatalogEntry, q: &str, words: &[&str]) -> u32 {
     let sum: u32 = tiers.iter().sum();
     matched * 100 / n + sum * 50 / (8 * n)
 }
+
+/// Longer asked-for ids get no suggestions.
+const MAX_SUGGEST_BYTES: usize = 256;
 
 fn levenshtein(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();

@@ -1,4 +1,5 @@
-//! `tools.codeMode`: parsing, defaults, clamping and diagnostics (SPEC §2).
+//! `tools.codeMode`: parsing, defaults, clamping and diagnostics
+//! (`docs/configuration.md`).
 //!
 //! Values of the wrong type are errors naming the field; out-of-range values
 //! are clamped and reported; unknown fields are reported, never silently

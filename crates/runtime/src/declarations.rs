@@ -1,5 +1,5 @@
 //! The virtual declaration files behind `API.list` / `API.read` and
-//! `MCP.<server>.$api()` (SPEC §7): `mcp/index.d.ts` plus one
+//! `MCP.<server>.$api()` (`docs/guest-api.md`): `mcp/index.d.ts` plus one
 //! `mcp/<server>.d.ts` per visible server, rendered from tool metadata.
 //!
 //! Input types come from each tool's JSON Schema (enums and unions, arrays

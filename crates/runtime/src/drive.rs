@@ -48,7 +48,10 @@ pub(crate) struct RunState {
     pub(crate) context: Arc<RunContext>,
     pub(crate) catalog: Arc<Catalog>,
     pub(crate) executor: Arc<dyn ToolExecutor>,
+    /// The exec call id that started the run (parent of its nested calls).
     pub(crate) parent_call_id: String,
+    /// The call id of the exec or wait driving the run now.
+    pub(crate) drive_call_id: String,
     pub(crate) info: RunInfo,
     pub(crate) calls: Calls,
     /// Request ids of `yield_control` calls, resolved on resume.
@@ -68,6 +71,7 @@ impl RunState {
             catalog: session.catalog(),
             executor: Arc::clone(&session.executor),
             parent_call_id: call_id.to_owned(),
+            drive_call_id: call_id.to_owned(),
             info: RunInfo {
                 language: Some(language),
                 exec_count: 1,
@@ -166,9 +170,23 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
             let prepared = match prepare(&input) {
                 Ok(prepared) => prepared,
                 Err(refused) => {
+                    let failed = CodeModeResult::Failed {
+                        error: refused.message,
+                        code: refused.code,
+                        output: Vec::new(),
+                        telemetry: Telemetry::default(),
+                    };
+                    let result =
+                        with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
+                    return record_call(session, call_id, "exec", result);
+                }
+            };
+            let permit = match inner.slots.acquire(&session.scope.vm_slots).await {
+                Ok(permit) => permit,
+                Err(e) => {
                     let failed = CodeModeResult::failure(
-                        refused.code,
-                        refused.message,
+                        ErrorCode::RuntimeUnavailable,
+                        e.to_string(),
                         Telemetry::default(),
                     );
                     let result =
@@ -183,19 +201,23 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
             let work = move || {
                 let mut state = state;
                 let mut events = Vec::new();
-                let driven = match ctx.inner.sandbox.start_with_context(
-                    &code,
-                    state.catalog.guest_context(),
-                    &ctx.limits,
-                ) {
-                    Ok((vm, step)) => live(&ctx, &mut state, |ctx, state| {
-                        drive(ctx, vm, step, state, VecDeque::new())
-                    }),
-                    Err(e) => Driven::done(host_failure(&e)),
-                };
+                // Registered before the first burst, so abort and
+                // cancellation reach a cell that never yields.
+                let driven = live(&ctx, &mut state, |ctx, state| {
+                    match ctx.inner.sandbox.start_with_context(
+                        &code,
+                        state.catalog.guest_context(),
+                        &ctx.limits,
+                    ) {
+                        Ok((vm, step)) => drive(ctx, vm, step, state, VecDeque::new()),
+                        Err(e) => Driven::done(host_failure(&e)),
+                    }
+                });
                 finish(&ctx, None, driven, state, started, &mut events)
             };
-            return record_call(session, call_id, "exec", blocking(work, started).await);
+            let result = blocking(work, started).await;
+            drop(permit);
+            return record_call(session, call_id, "exec", result);
         }
     };
     record_call(
@@ -232,6 +254,18 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         );
         return record_call(session, call_id, "wait", result);
     }
+    let permit = match inner.slots.acquire(&session.scope.vm_slots).await {
+        Ok(permit) => permit,
+        Err(e) => {
+            let failed = CodeModeResult::failure(
+                ErrorCode::RuntimeUnavailable,
+                format!("{e}; the run keeps waiting, call wait again"),
+                Telemetry::default(),
+            );
+            let result = with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
+            return record_call_run(session, call_id, "wait", Some(&input.run_id), result);
+        }
+    };
     let run = match inner.store.take(&input.run_id, &session.scope.scope) {
         Ok(run) => run,
         Err(e) => {
@@ -249,7 +283,9 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 | StoreError::Busy
                 | StoreError::OtherScope
                 | StoreError::Full { .. }
-                | StoreError::ScopeFull { .. } => (ErrorCode::InvalidInput, Vec::new()),
+                | StoreError::ScopeFull { .. }
+                | StoreError::BytesFull { .. }
+                | StoreError::ScopeBytesFull { .. } => (ErrorCode::InvalidInput, Vec::new()),
             };
             let failed =
                 CodeModeResult::failure(code, e.message(&input.run_id), Telemetry::default());
@@ -266,6 +302,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
     let ctx = DriveCtx::starting_now(session);
     let run_id = input.run_id;
     let id_for_record = run_id.clone();
+    let wait_call_id = call_id.to_owned();
     let work = move || {
         let SuspendedRun {
             snapshot,
@@ -273,6 +310,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
             ..
         } = run;
         state.info.wait_count += 1;
+        state.drive_call_id = wait_call_id;
         let mut events = Vec::new();
         let restore_started = Instant::now();
         let vm = match ctx.inner.sandbox.restore(&snapshot, &ctx.limits) {
@@ -320,6 +358,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         finish(&ctx, Some(&run_id), driven, state, started, &mut events)
     };
     let result = blocking(work, started).await;
+    drop(permit);
     record_call_run(session, call_id, "wait", Some(&id_for_record), result)
 }
 
@@ -330,8 +369,13 @@ where
     F: FnOnce(&DriveCtx, &mut RunState) -> Driven,
 {
     let key = codemode_sandbox::random_u64();
-    ctx.scope.register(key, state.calls.sender());
-    let driven = if ctx.scope.is_aborted() {
+    ctx.scope.register(crate::session::LiveDrive {
+        key,
+        call_id: state.drive_call_id.clone(),
+        wake: state.calls.sender(),
+        cancel: ctx.limits.cancel.clone(),
+    });
+    let driven = if ctx.scope.is_aborted() || ctx.limits.cancel.is_cancelled() {
         Driven::done(aborted_failure())
     } else {
         f(ctx, state)
@@ -619,13 +663,26 @@ fn drive(
         output.extend(convert_output(vm.take_output()));
         match step {
             Step::Completed(value) => finished = Some(value),
+            Step::Failed(failure) if failure.kind == FailureKind::Aborted => {
+                state.info.cancelled += state.calls.cancel_all() as u32;
+                return Driven::done(aborted_failure());
+            }
             Step::Failed(failure) => {
                 return Driven::done(failed(&vm, &failure, output, state.source_map.as_deref()));
             }
             Step::Pending => {}
         }
         for request in vm.take_new_requests() {
+            // Host work a guest asks for counts against its deadline: a
+            // burst of requests ends at `timeoutMs`, not after all of them.
+            if Instant::now() >= ctx.deadline {
+                return Driven::done(deadline_failure(&vm, output));
+            }
             handle_request(ctx, state, request, &mut ready);
+        }
+        if ctx.limits.cancel.is_cancelled() {
+            state.info.cancelled += state.calls.cancel_all() as u32;
+            return Driven::done(aborted_failure());
         }
         if !ready.is_empty() && Instant::now() >= ctx.delivery_deadline() {
             if let Some(value) = finished {
@@ -711,6 +768,21 @@ fn drive(
     }
 }
 
+/// The deadline passed while the host answered the guest's requests.
+fn deadline_failure(vm: &Vm, output: Vec<Output>) -> CodeModeResult {
+    let mut telemetry = vm_telemetry(vm, Some(ErrorCode::Timeout));
+    telemetry.output_bytes = output.iter().map(|o| o.size_bytes() as u64).sum();
+    CodeModeResult::Failed {
+        error: format!(
+            "the cell ran longer than timeoutMs ({} ms) and was stopped (while the host answered its requests)",
+            vm.limits().timeout.as_millis()
+        ),
+        code: Some(ErrorCode::Timeout),
+        output,
+        telemetry,
+    }
+}
+
 fn vm_telemetry(vm: &Vm, limit: Option<ErrorCode>) -> Telemetry {
     Telemetry {
         vm_memory_bytes: Some(vm.memory_bytes() as u64),
@@ -721,14 +793,17 @@ fn vm_telemetry(vm: &Vm, limit: Option<ErrorCode>) -> Telemetry {
 
 fn completed(vm: &Vm, value: Value, output: Vec<Output>) -> CodeModeResult {
     let output_bytes: usize = output.iter().map(Output::size_bytes).sum();
-    let value_bytes = value.to_string().len();
+    let value_bytes = crate::calls::json_len(&value) as usize;
     let limit = vm.limits().max_output_bytes;
-    if value_bytes > limit {
+    // One budget for everything this exec or wait returns: output items
+    // (with their per-item cost) and the value.
+    let used = vm.output_budget_used();
+    if used.saturating_add(value_bytes) > limit {
         let mut telemetry = vm_telemetry(vm, Some(ErrorCode::OutputLimitExceeded));
         telemetry.output_bytes = output_bytes as u64;
         return CodeModeResult::Failed {
             error: format!(
-                "output limit exceeded: the returned value is {value_bytes} bytes of JSON, more than maxOutputBytes ({limit}); return a smaller summary"
+                "output limit exceeded: the returned value is {value_bytes} bytes of JSON and the output before it used {used}, more than maxOutputBytes ({limit}) for one exec or wait; return a smaller summary"
             ),
             code: Some(ErrorCode::OutputLimitExceeded),
             output,
@@ -758,8 +833,8 @@ fn failed(
         FailureKind::MemoryLimit => Some(ErrorCode::MemoryLimitExceeded),
         FailureKind::OutputLimit => Some(ErrorCode::OutputLimitExceeded),
         FailureKind::TooManyRequests => Some(ErrorCode::TooManyPendingToolCalls),
-        FailureKind::RequestTooLarge => Some(ErrorCode::InvalidInput),
         FailureKind::InvalidResult | FailureKind::Crashed => Some(ErrorCode::InternalError),
+        FailureKind::Aborted => Some(ErrorCode::Aborted),
     };
     let mut error = match (&failure.name, failure.kind) {
         (Some(name), FailureKind::Exception) => format!("{name}: {}", failure.message),

@@ -1,4 +1,4 @@
-//! Validation of the model's `exec` and `wait` input (SPEC §4).
+//! Validation of the model's `exec` and `wait` input (`docs/results-and-errors.md`).
 
 use serde_json::Value;
 
@@ -87,6 +87,12 @@ impl ExecInput {
                 ));
             }
         };
+        if let Some(at) = code.find('\0') {
+            let (line, column) = codemode_transform::line_column(code, at);
+            return Err(invalid(format!(
+                "exec input field `code` contains a NUL character (U+0000) at line {line}, column {column}; write it as \"\\0\" inside a string instead"
+            )));
+        }
         let language = match optional_string(object, "language")? {
             None => Language::JavaScript,
             Some(name) => Language::parse(name).ok_or_else(|| InputError {

@@ -70,6 +70,7 @@ mod prepare;
 mod result;
 mod runtime;
 mod session;
+mod slots;
 mod store;
 mod surface;
 mod trajectory;
@@ -79,6 +80,7 @@ pub use catalog::{
     ToolSource,
 };
 pub use session::{
+    CallCanceller,
     CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext, ToolCallError, ToolExecutor,
     ToolFuture,
 };

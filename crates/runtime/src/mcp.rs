@@ -1,4 +1,4 @@
-//! The `MCP` namespace (SPEC §6–§7): how a run's MCP catalog entries
+//! The `MCP` namespace (`docs/guest-api.md`): how a run's MCP catalog entries
 //! appear to the guest as `MCP.<server>.<tool>({...})`.
 //!
 //! Server and tool names become safe, unique JavaScript identifiers,

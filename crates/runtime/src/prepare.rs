@@ -1,16 +1,33 @@
-//! From a validated `exec` input to the JavaScript the VM runs: the shell
-//! command check, the module-access check and, for TypeScript cells, the
-//! transform (with its position map kept for error reports).
+//! From a validated `exec` input to the JavaScript the VM runs: the nesting
+//! bound, the shell command check, the module-access check, the one-function-
+//! body check for JavaScript and, for TypeScript cells, the transform (with
+//! its position map kept for error reports).
 //!
 //! Everything here runs before a VM starts, so a refused cell costs no VM.
+//! Parsers recurse once per nesting level on the thread that calls them, and
+//! a stack overflow aborts the whole process: the depth is bounded lexically
+//! first ([`codemode_transform::check_nesting`]), and a cell that nests more
+//! than a little is checked on a thread with a known, large stack.
 
 use std::sync::Arc;
 
-use codemode_transform::{Dialect, Transformed};
+use codemode_transform::{Dialect, MAX_NESTING_DEPTH, Transformed};
 
 use crate::config::Language;
 use crate::input::ExecInput;
 use crate::result::ErrorCode;
+
+/// Cells nesting at most this deep (estimated) are checked on the caller's
+/// thread: even the deepest-recursing pass needs far less than the 2 MiB a
+/// runtime worker thread has for them.
+const INLINE_NESTING: usize = 64;
+/// Larger cells are checked on their own thread, so source size alone
+/// cannot add up to a deep tree on the caller's stack either.
+const INLINE_BYTES: usize = 64 * 1024;
+/// The checker thread's stack: at [`MAX_NESTING_DEPTH`] levels this leaves
+/// over 64 KiB per level, about 40 times what the passes were measured to
+/// need (`tests/cell_checks.rs` runs every deep shape at the limit).
+const CHECKER_STACK_BYTES: usize = 64 << 20;
 
 /// A cell ready for the VM.
 pub(crate) struct PreparedCell {
@@ -21,41 +38,77 @@ pub(crate) struct PreparedCell {
 
 /// Why a cell was refused before running.
 pub(crate) struct Refused {
-    pub(crate) code: ErrorCode,
+    /// `None` for a plain syntax error (no contract code, as from the engine).
+    pub(crate) code: Option<ErrorCode>,
     pub(crate) message: String,
 }
 
+impl Refused {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Refused {
+        Refused {
+            code: Some(code),
+            message: message.into(),
+        }
+    }
+}
+
 pub(crate) fn prepare(input: &ExecInput) -> Result<PreparedCell, Refused> {
-    let dialect = match input.language {
+    let depth = codemode_transform::check_nesting(&input.code, MAX_NESTING_DEPTH)
+        .map_err(|e| Refused::new(ErrorCode::InvalidInput, e.to_string()))?;
+    if depth <= INLINE_NESTING && input.code.len() <= INLINE_BYTES {
+        return check_and_transform(&input.code, input.language);
+    }
+    let code = input.code.clone();
+    let language = input.language;
+    let checker = std::thread::Builder::new()
+        .name("codemode-check".into())
+        .stack_size(CHECKER_STACK_BYTES)
+        .spawn(move || check_and_transform(&code, language));
+    match checker.map(std::thread::JoinHandle::join) {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(Refused::new(
+            ErrorCode::InternalError,
+            "the source checks failed unexpectedly on this cell",
+        )),
+        Err(e) => Err(Refused::new(
+            ErrorCode::RuntimeUnavailable,
+            format!("could not start a thread to check the cell: {e}"),
+        )),
+    }
+}
+
+fn check_and_transform(code: &str, language: Language) -> Result<PreparedCell, Refused> {
+    let dialect = match language {
         Language::JavaScript => Dialect::JavaScript,
         Language::TypeScript => Dialect::TypeScript,
     };
-    if let Some(message) = codemode_transform::looks_like_shell_command(&input.code, dialect) {
-        return Err(Refused {
-            code: ErrorCode::InvalidInput,
-            message,
-        });
+    if let Some(message) = codemode_transform::looks_like_shell_command(code, dialect) {
+        return Err(Refused::new(ErrorCode::InvalidInput, message));
     }
-    codemode_transform::check_module_access(&input.code, dialect).map_err(|e| Refused {
-        code: ErrorCode::ModuleAccessDenied,
-        message: e.to_string(),
-    })?;
-    match input.language {
-        Language::JavaScript => Ok(PreparedCell {
-            code: input.code.clone(),
-            source_map: None,
-        }),
-        Language::TypeScript => match codemode_transform::transform_typescript(&input.code) {
+    codemode_transform::check_module_access(code, dialect)
+        .map_err(|e| Refused::new(ErrorCode::ModuleAccessDenied, e.to_string()))?;
+    match language {
+        Language::JavaScript => {
+            codemode_transform::check_cell_body(code).map_err(|e| Refused {
+                code: None,
+                message: e.to_string(),
+            })?;
+            Ok(PreparedCell {
+                code: code.to_owned(),
+                source_map: None,
+            })
+        }
+        Language::TypeScript => match codemode_transform::transform_typescript(code) {
             Ok(transformed) => Ok(PreparedCell {
                 code: transformed.code.clone(),
                 source_map: Some(Arc::new(transformed)),
             }),
-            Err(e) => Err(Refused {
-                code: ErrorCode::TypescriptTransformFailed,
-                message: format!(
+            Err(e) => Err(Refused::new(
+                ErrorCode::TypescriptTransformFailed,
+                format!(
                     "the TypeScript cell could not be transformed: {e}; fix the syntax (types are not checked, only removed)"
                 ),
-            }),
+            )),
         },
     }
 }

@@ -1,4 +1,5 @@
-//! The model-visible result union (SPEC §4) and its wire form.
+//! The model-visible result union (`docs/results-and-errors.md`) and its wire
+//! form.
 //!
 //! Field names are exactly the contract's: `status`, `value`, `output`,
 //! `telemetry`, `runId`, `reason`, `pendingToolCalls`, `error`, `code`.

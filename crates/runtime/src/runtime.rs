@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use codemode_sandbox::{Sandbox, SandboxConfig, SandboxError};
 use serde_json::Value;
@@ -12,7 +13,8 @@ use crate::catalog::Catalog;
 use crate::config::CodeModeConfig;
 use crate::result::CodeModeResult;
 use crate::session::{CodeModeSession, NoTools, RunContext, Scope, ScopeState, ToolExecutor};
-use crate::store::RunStore;
+use crate::slots::ProcessSlots;
+use crate::store::{RunStore, StoreLimits};
 
 /// Process-level options beyond `tools.codeMode`.
 #[derive(Debug, Clone)]
@@ -26,6 +28,19 @@ pub struct RuntimeOptions {
     /// one client cannot fill the process's store; past it the exec fails
     /// with `snapshot_limit_exceeded`.
     pub max_suspended_runs_per_scope: usize,
+    /// Snapshot bytes all suspended runs may hold together
+    /// (`maxStoreBytes`); a suspend past it fails with
+    /// `snapshot_limit_exceeded` naming the limit.
+    pub max_store_bytes: usize,
+    /// Snapshot bytes one scope's suspended runs may hold together.
+    pub max_store_bytes_per_scope: usize,
+    /// Live VMs (running execs and waits) one scope may hold at once
+    /// (`maxLiveVmsPerSession`), out of the sandbox's `max_live_vms`.
+    pub max_live_vms_per_scope: usize,
+    /// How long an exec or wait queues for a live-VM slot (its scope's
+    /// share, then the process's) before failing with
+    /// `runtime_unavailable`.
+    pub vm_queue_timeout: Duration,
     /// The largest nested tool result (as JSON) the bridge delivers into a
     /// VM; larger results reject the call with a clear message.
     pub max_tool_result_bytes: usize,
@@ -37,6 +52,10 @@ impl Default for RuntimeOptions {
             sandbox: SandboxConfig::default(),
             max_suspended_runs: 1024,
             max_suspended_runs_per_scope: 256,
+            max_store_bytes: 1 << 30,
+            max_store_bytes_per_scope: 256 << 20,
+            max_live_vms_per_scope: 16,
+            vm_queue_timeout: Duration::from_secs(5),
             max_tool_result_bytes: 4 << 20,
         }
     }
@@ -72,6 +91,7 @@ pub(crate) struct Inner {
     pub(crate) options: RuntimeOptions,
     pub(crate) sandbox: Sandbox,
     pub(crate) store: RunStore,
+    pub(crate) slots: ProcessSlots,
     scopes: Mutex<HashMap<Scope, Weak<ScopeState>>>,
     /// The scope of [`CodeModeRuntime::exec`] / [`CodeModeRuntime::wait`].
     default_scope: Arc<ScopeState>,
@@ -114,21 +134,32 @@ impl CodeModeRuntime {
         options: RuntimeOptions,
     ) -> Result<CodeModeRuntime, RuntimeError> {
         let sandbox = Sandbox::new(options.sandbox.clone())?;
+        let slots = ProcessSlots::new(
+            options.sandbox.max_live_vms as usize,
+            options.max_live_vms_per_scope,
+            options.vm_queue_timeout,
+        );
+        let default_slots = slots.scope_slots();
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             config,
             sandbox,
-            store: RunStore::new(
-                options.max_suspended_runs,
-                options.max_suspended_runs_per_scope,
-            ),
+            store: RunStore::new(StoreLimits {
+                max_runs: options.max_suspended_runs,
+                max_runs_per_scope: options.max_suspended_runs_per_scope,
+                max_bytes: options.max_store_bytes,
+                max_bytes_per_scope: options.max_store_bytes_per_scope,
+            }),
+            slots,
             options,
             scopes: Mutex::new(HashMap::new()),
             default_scope: Arc::new(ScopeState::new(
                 Scope::of(&RunContext::default()),
+                default_slots,
                 weak.clone(),
             )),
             empty_catalog: Arc::new(Catalog::empty()),
         });
+        start_reaper(Arc::downgrade(&inner));
         Ok(CodeModeRuntime { inner })
     }
 
@@ -177,6 +208,7 @@ impl CodeModeRuntime {
                 None => {
                     let scope = Arc::new(ScopeState::new(
                         scope_key.clone(),
+                        self.inner.slots.scope_slots(),
                         Arc::downgrade(&self.inner),
                     ));
                     scopes.insert(scope_key, Arc::downgrade(&scope));
@@ -191,6 +223,9 @@ impl CodeModeRuntime {
     /// drives stop with `aborted`, nested calls are cancelled, snapshots
     /// discarded, and later calls of its sessions fail with `aborted`.
     pub fn abort_session(&self, session: &str) {
+        // Upgrade under the lock, but filter (and so drop the scopes of
+        // other sessions) after it: dropping the last handle of a scope
+        // takes this lock again.
         let scopes: Vec<Arc<ScopeState>> = self
             .inner
             .scopes
@@ -198,17 +233,37 @@ impl CodeModeRuntime {
             .unwrap_or_else(PoisonError::into_inner)
             .values()
             .filter_map(Weak::upgrade)
-            .filter(|s| s.scope.in_session(session))
             .collect();
-        for scope in &scopes {
+        for scope in scopes.iter().filter(|s| s.scope.in_session(session)) {
             scope.abort();
         }
+        drop(scopes);
         self.inner.store.abort_session(session);
+    }
+
+    /// Live VMs in use now (running execs and waits).
+    pub fn live_vms(&self) -> usize {
+        self.inner.slots.in_use()
     }
 
     /// Discards every suspended run and cancels their calls (process
     /// shutdown; the in-memory store is not persisted).
     pub fn shutdown(&self) {
+        // Running cells stop now (not at their timeouts); upgrade under the
+        // lock, abort after it (see abort_session).
+        let scopes: Vec<Arc<ScopeState>> = self
+            .inner
+            .scopes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for scope in &scopes {
+            scope.abort();
+        }
+        self.inner.default_scope.abort();
+        drop(scopes);
         self.inner.store.clear();
     }
 
@@ -230,5 +285,27 @@ impl CodeModeRuntime {
     /// Resumes a waiting run started by [`CodeModeRuntime::exec`].
     pub async fn wait(&self, raw_input: &Value) -> CodeModeResult {
         self.default_session().wait(raw_input).await
+    }
+}
+
+/// Expires suspended runs on a timer, so an expired run's snapshot and
+/// in-flight calls are released when its TTL passes, not at the next store
+/// access. The thread ends with the runtime.
+fn start_reaper(inner: Weak<Inner>) {
+    const TICK: Duration = Duration::from_millis(500);
+    let spawned = std::thread::Builder::new()
+        .name("codemode-reaper".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(TICK);
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                inner.store.expire_now();
+            }
+        });
+    if let Err(e) = spawned {
+        // Expiry still happens on every store access.
+        tracing::warn!(error = %e, "could not start the run store's reaper thread");
     }
 }

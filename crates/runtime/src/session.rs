@@ -192,16 +192,23 @@ pub(crate) struct ScopeState {
     pub(crate) scope: Scope,
     aborted: AtomicBool,
     /// Live drives to wake on abort.
-    live: Mutex<Vec<(u64, std::sync::mpsc::Sender<crate::calls::Msg>)>>,
+    live: Mutex<LiveDrives>,
+    /// This scope's share of the process's live VMs.
+    pub(crate) vm_slots: crate::slots::ScopeSlots,
     runtime: Weak<Inner>,
 }
 
 impl ScopeState {
-    pub(crate) fn new(scope: Scope, runtime: Weak<Inner>) -> ScopeState {
+    pub(crate) fn new(
+        scope: Scope,
+        vm_slots: crate::slots::ScopeSlots,
+        runtime: Weak<Inner>,
+    ) -> ScopeState {
         ScopeState {
             scope,
             aborted: AtomicBool::new(false),
-            live: Mutex::new(Vec::new()),
+            live: Mutex::new(LiveDrives::default()),
+            vm_slots,
             runtime,
         }
     }
@@ -210,27 +217,78 @@ impl ScopeState {
         self.aborted.load(Ordering::SeqCst)
     }
 
-    /// Marks the scope aborted and wakes its live drives.
+    /// Marks the scope aborted and stops its live drives: a running guest
+    /// is interrupted at its next epoch tick, an idle drive is woken.
     pub(crate) fn abort(&self) {
         self.aborted.store(true, Ordering::SeqCst);
         let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        for (_, tx) in live.iter() {
-            let _ = tx.send(crate::calls::Msg::Abort);
+        for drive in live.drives.iter() {
+            drive.stop();
         }
     }
 
-    pub(crate) fn register(&self, key: u64, tx: std::sync::mpsc::Sender<crate::calls::Msg>) {
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((key, tx));
+    /// Stops the live drive of the exec or wait with model call id
+    /// `call_id` (a client cancelled that call). The scope stays usable.
+    /// A call cancelled before its drive started (still queued, or still
+    /// checking its source) is remembered and stopped when it registers.
+    pub(crate) fn cancel_call(&self, call_id: &str) -> bool {
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut found = false;
+        for drive in live.drives.iter().filter(|d| d.call_id == call_id) {
+            drive.stop();
+            found = true;
+        }
+        if !found {
+            if live.cancelled_early.len() >= MAX_EARLY_CANCELS {
+                live.cancelled_early.clear();
+            }
+            live.cancelled_early.insert(call_id.to_owned());
+        }
+        found
+    }
+
+    pub(crate) fn register(&self, drive: LiveDrive) {
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        if live.cancelled_early.remove(&drive.call_id) {
+            drive.stop();
+        }
+        live.drives.push(drive);
     }
 
     pub(crate) fn unregister(&self, key: u64) {
         self.live
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|(k, _)| *k != key);
+            .drives
+            .retain(|d| d.key != key);
+    }
+}
+
+/// Cancellations remembered for calls whose drive has not started: a
+/// bound, so cancelling calls that never run cannot grow it.
+const MAX_EARLY_CANCELS: usize = 1024;
+
+#[derive(Default)]
+pub(crate) struct LiveDrives {
+    drives: Vec<LiveDrive>,
+    cancelled_early: std::collections::HashSet<String>,
+}
+
+/// A drive (an exec or wait running now) that abort and cancellation reach.
+pub(crate) struct LiveDrive {
+    pub(crate) key: u64,
+    /// The model's call id of the exec or wait.
+    pub(crate) call_id: String,
+    /// Wakes the drive when it waits for nested results.
+    pub(crate) wake: std::sync::mpsc::Sender<crate::calls::Msg>,
+    /// Interrupts its guest and refuses new nested calls.
+    pub(crate) cancel: codemode_sandbox::CancelFlag,
+}
+
+impl LiveDrive {
+    fn stop(&self) {
+        self.cancel.cancel();
+        let _ = self.wake.send(crate::calls::Msg::Abort);
     }
 }
 
@@ -242,6 +300,25 @@ impl Drop for ScopeState {
             inner.store.discard_scope(&self.scope);
             inner.forget_scope(&self.scope);
         }
+    }
+}
+
+/// Cancels calls of one session; see [`CodeModeSession::canceller`].
+#[derive(Clone)]
+pub struct CallCanceller {
+    scope: Arc<ScopeState>,
+}
+
+impl std::fmt::Debug for CallCanceller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallCanceller").finish_non_exhaustive()
+    }
+}
+
+impl CallCanceller {
+    /// As [`CodeModeSession::cancel_call`].
+    pub fn cancel_call(&self, call_id: &str) -> bool {
+        self.scope.cancel_call(call_id)
     }
 }
 
@@ -346,6 +423,24 @@ impl CodeModeSession {
     pub fn abort(&self) {
         self.scope.abort();
         self.runtime.inner.store.abort_scope(&self.scope.scope);
+    }
+
+    /// Cancels the exec or wait running now with model call id `call_id`
+    /// (an MCP client's `notifications/cancelled`): its guest stops within
+    /// milliseconds, its nested calls are cancelled, no new one starts, and
+    /// it ends `aborted` (a resumed run is discarded). Other runs of the
+    /// scope go on. Returns whether such a call was running.
+    pub fn cancel_call(&self, call_id: &str) -> bool {
+        self.scope.cancel_call(call_id)
+    }
+
+    /// A handle that cancels this session's calls from another task (an
+    /// exec blocks the task that awaits it, so a cancellation watcher must
+    /// run beside it).
+    pub fn canceller(&self) -> CallCanceller {
+        CallCanceller {
+            scope: Arc::clone(&self.scope),
+        }
     }
 
     /// Aborts one suspended run of this scope (its calls are cancelled and

@@ -31,6 +31,10 @@ pub(crate) enum StoreError {
     OtherScope,
     Full { limit: usize },
     ScopeFull { limit: usize },
+    /// Snapshot bytes held by the process would pass `maxStoreBytes`.
+    BytesFull { limit: usize, held: usize, needed: usize },
+    /// Snapshot bytes held by this scope would pass its share.
+    ScopeBytesFull { limit: usize, held: usize, needed: usize },
 }
 
 impl StoreError {
@@ -57,6 +61,12 @@ impl StoreError {
             StoreError::ScopeFull { limit } => format!(
                 "this session already holds {limit} suspended runs (the limit per session); resume them with wait or let them expire before starting more"
             ),
+            StoreError::BytesFull { limit, held, needed } => format!(
+                "the process's suspended runs hold {held} snapshot bytes and this one needs {needed} more, past maxStoreBytes ({limit}); finish or abandon waiting runs, or keep less data alive across awaits"
+            ),
+            StoreError::ScopeBytesFull { limit, held, needed } => format!(
+                "this session's suspended runs hold {held} snapshot bytes and this one needs {needed} more, past the per-session share ({limit} bytes); resume them with wait, or keep less data alive across awaits"
+            ),
         }
     }
 }
@@ -78,20 +88,29 @@ impl Slot {
     }
 }
 
-pub(crate) struct RunStore {
-    runs: Mutex<HashMap<String, Slot>>,
-    max_runs: usize,
+/// The store's bounds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoreLimits {
+    pub(crate) max_runs: usize,
     /// So one session (one MCP client, one agent run) cannot take every
     /// slot of the process from the others.
-    max_runs_per_scope: usize,
+    pub(crate) max_runs_per_scope: usize,
+    /// Snapshot bytes held by all waiting runs.
+    pub(crate) max_bytes: usize,
+    /// Snapshot bytes held by one scope's waiting runs.
+    pub(crate) max_bytes_per_scope: usize,
+}
+
+pub(crate) struct RunStore {
+    runs: Mutex<HashMap<String, Slot>>,
+    limits: StoreLimits,
 }
 
 impl RunStore {
-    pub(crate) fn new(max_runs: usize, max_runs_per_scope: usize) -> RunStore {
+    pub(crate) fn new(limits: StoreLimits) -> RunStore {
         RunStore {
             runs: Mutex::new(HashMap::new()),
-            max_runs,
-            max_runs_per_scope,
+            limits,
         }
     }
 
@@ -101,9 +120,25 @@ impl RunStore {
 
     /// Live runs (waiting or being resumed).
     pub(crate) fn len(&self) -> usize {
-        let mut runs = self.lock();
-        RunStore::sweep(&mut runs, Instant::now());
-        runs.values().filter(|s| s.is_live()).count()
+        let (live, expired) = {
+            let mut runs = self.lock();
+            let expired = RunStore::sweep(&mut runs, Instant::now());
+            (runs.values().filter(|s| s.is_live()).count(), expired)
+        };
+        drop(expired);
+        live
+    }
+
+    /// Drops every run whose TTL has passed, cancelling its in-flight calls
+    /// and releasing its snapshot now (the runtime's reaper calls this on a
+    /// timer, so expiry does not wait for the next store access). Returns
+    /// how many runs it discarded.
+    pub(crate) fn expire_now(&self) -> usize {
+        let expired = RunStore::sweep(&mut self.lock(), Instant::now());
+        let count = expired.len();
+        // Dropped outside the lock: cancelling calls takes other locks.
+        drop(expired);
+        count
     }
 
     /// Snapshot bytes held in memory by waiting runs.
@@ -119,15 +154,38 @@ impl RunStore {
 
     /// Drops expired snapshots (cancelling their calls), remembering their
     /// ids so that a late `wait` says "expired" rather than "unknown".
-    fn sweep(runs: &mut HashMap<String, Slot>, now: Instant) {
-        for slot in runs.values_mut() {
+    #[must_use = "expired runs must be dropped outside the store's lock"]
+    fn sweep(runs: &mut HashMap<String, Slot>, now: Instant) -> Vec<Box<SuspendedRun>> {
+        let mut expired = Vec::new();
+        for (id, slot) in runs.iter_mut() {
             if let Slot::Waiting(run) = slot
                 && run.expires <= now
             {
-                tracing::debug!("suspended run expired");
-                *slot = Slot::Expired;
+                // The documented `discarded` snapshot event.
+                tracing::info!(
+                    event = "discarded",
+                    run_id = %id,
+                    bytes = run.snapshot.size_bytes(),
+                    in_flight_calls = run.state.calls.in_flight(),
+                    "suspended run expired (snapshotTtlSeconds): snapshot discarded, nested calls cancelled"
+                );
+                if let Slot::Waiting(run) = std::mem::replace(slot, Slot::Expired) {
+                    expired.push(run);
+                }
             }
         }
+        expired
+    }
+
+    fn held_bytes<'a>(slots: impl Iterator<Item = &'a Slot>, scope: Option<&Scope>) -> usize {
+        slots
+            .filter_map(|slot| match slot {
+                Slot::Waiting(run) if scope.is_none_or(|s| run.state.scope == *s) => {
+                    Some(run.snapshot.size_bytes())
+                }
+                _ => None,
+            })
+            .sum()
     }
 
     /// Stores a suspended run under `run_id` (a run waiting again keeps its
@@ -142,7 +200,42 @@ impl RunStore {
         run: SuspendedRun,
     ) -> Result<String, StoreError> {
         let mut runs = self.lock();
-        RunStore::sweep(&mut runs, Instant::now());
+        let expired = RunStore::sweep(&mut runs, Instant::now());
+        let limits = self.limits;
+        let needed = run.snapshot.size_bytes();
+        let scope = run.state.scope.clone();
+        let held = RunStore::held_bytes(runs.values(), None);
+        if held.saturating_add(needed) > limits.max_bytes {
+            drop(runs);
+            drop(expired);
+            return Err(StoreError::BytesFull {
+                limit: limits.max_bytes,
+                held,
+                needed,
+            });
+        }
+        let held_here = RunStore::held_bytes(runs.values(), Some(&scope));
+        if held_here.saturating_add(needed) > limits.max_bytes_per_scope {
+            drop(runs);
+            drop(expired);
+            return Err(StoreError::ScopeBytesFull {
+                limit: limits.max_bytes_per_scope,
+                held: held_here,
+                needed,
+            });
+        }
+        let result = self.insert_locked(&mut runs, run_id, run);
+        drop(runs);
+        drop(expired);
+        result
+    }
+
+    fn insert_locked(
+        &self,
+        runs: &mut HashMap<String, Slot>,
+        run_id: Option<&str>,
+        run: SuspendedRun,
+    ) -> Result<String, StoreError> {
         if let Some(id) = run_id {
             match runs.get(id) {
                 Some(Slot::Resuming { abort: false, .. }) => {
@@ -157,9 +250,9 @@ impl RunStore {
             }
         }
         let live = runs.values().filter(|s| s.is_live()).count();
-        if live >= self.max_runs {
+        if live >= self.limits.max_runs {
             return Err(StoreError::Full {
-                limit: self.max_runs,
+                limit: self.limits.max_runs,
             });
         }
         let scope = &run.state.scope;
@@ -171,13 +264,13 @@ impl RunStore {
                 Slot::Expired | Slot::Aborted => false,
             })
             .count();
-        if in_scope >= self.max_runs_per_scope {
+        if in_scope >= self.limits.max_runs_per_scope {
             return Err(StoreError::ScopeFull {
-                limit: self.max_runs_per_scope,
+                limit: self.limits.max_runs_per_scope,
             });
         }
         // Tombstones are bounded too.
-        if runs.len() >= self.max_runs.saturating_mul(4) {
+        if runs.len() >= self.limits.max_runs.saturating_mul(4) {
             runs.retain(|_, slot| slot.is_live());
         }
         let id = format!(
@@ -206,7 +299,18 @@ impl RunStore {
     /// Takes a waiting run out for resuming, if `scope` may resume it.
     pub(crate) fn take(&self, run_id: &str, scope: &Scope) -> Result<SuspendedRun, StoreError> {
         let mut runs = self.lock();
-        RunStore::sweep(&mut runs, Instant::now());
+        let expired = RunStore::sweep(&mut runs, Instant::now());
+        let taken = RunStore::take_locked(&mut runs, run_id, scope);
+        drop(runs);
+        drop(expired);
+        taken
+    }
+
+    fn take_locked(
+        runs: &mut HashMap<String, Slot>,
+        run_id: &str,
+        scope: &Scope,
+    ) -> Result<SuspendedRun, StoreError> {
         match runs.get(run_id) {
             Some(Slot::Waiting(run)) if run.state.scope != *scope => Err(StoreError::OtherScope),
             Some(Slot::Waiting(_)) => {

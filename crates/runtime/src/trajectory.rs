@@ -3,7 +3,7 @@
 //! order they ended. Exportable as JSON lines for support bundles.
 //!
 //! Records hold ids, names, sizes and outcomes, never tool inputs or
-//! results (SPEC §12: no unredacted inputs).
+//! results (no unredacted inputs; see `docs/results-and-errors.md`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};

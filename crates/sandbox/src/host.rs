@@ -18,9 +18,9 @@ use crate::abi;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Interrupt {
     Timeout,
+    Cancelled,
     OutputLimit,
     TooManyRequests,
-    RequestTooLarge,
     ProcExit,
 }
 
@@ -39,8 +39,10 @@ pub struct HostRequest {
     /// Id the guest waits on.
     pub id: u32,
     /// The request as the guest sent it: untrusted JSON, typically
-    /// `{"method": "...", "params": ...}`. Validate before acting on it.
-    pub payload: serde_json::Value,
+    /// `{"method": "...", "params": ...}`, or why its text was refused
+    /// (not JSON, nested too deeply: only a tampered guest sends either).
+    /// Validate before acting on it.
+    pub payload: Result<serde_json::Value, crate::GuestJsonError>,
 }
 
 /// Memory limiter that remembers whether it ever said no.
@@ -78,6 +80,7 @@ pub(crate) struct HostState {
     pub(crate) limiter: MemoryLimiter,
     pub(crate) memory: Option<Memory>,
     pub(crate) deadline: Instant,
+    pub(crate) cancel: crate::CancelFlag,
     pub(crate) interrupt: Option<Interrupt>,
     pub(crate) output: Vec<OutputItem>,
     pub(crate) output_bytes: usize,
@@ -102,6 +105,7 @@ impl HostState {
             },
             memory: None,
             deadline: Instant::now() + std::time::Duration::from_secs(3600),
+            cancel: crate::CancelFlag::new(),
             interrupt: None,
             output: Vec::new(),
             output_bytes: 0,
@@ -165,18 +169,19 @@ fn stop(caller: &mut Caller<'_, HostState>, why: Interrupt) -> wasmtime::Error {
 
 /// `codemode.request(ptr, len) -> id`
 fn request(mut caller: Caller<'_, HostState>, ptr: u32, len: u32) -> HostResult<i32> {
-    if len as usize > caller.data().max_request_bytes {
-        return Err(stop(&mut caller, Interrupt::RequestTooLarge));
-    }
     if caller.data().outstanding.len() >= caller.data().max_outstanding_requests {
         return Err(stop(&mut caller, Interrupt::TooManyRequests));
     }
-    let bytes = read_guest(&mut caller, ptr, len)?;
-    // The prelude always sends JSON; anything else is forged and is kept as
-    // a string so the runtime can refuse it with a clear message.
-    let payload = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-        serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
-    });
+    let max = caller.data().max_request_bytes;
+    // Too large: not even read. The request still gets an id, so the
+    // caller can reject it and the cell can catch that.
+    let payload = if len as usize > max {
+        Err(crate::GuestJsonError(format!(
+            "the request is {len} bytes of JSON, more than the {max} bytes one request may carry (a tool call input, a query, a path); send less, or split the work into several calls"
+        )))
+    } else {
+        crate::parse_guest_json(&read_guest(&mut caller, ptr, len)?)
+    };
     let state = caller.data_mut();
     let id = state.next_request_id;
     state.next_request_id = state.next_request_id.wrapping_add(1).max(1);
@@ -185,22 +190,31 @@ fn request(mut caller: Caller<'_, HostState>, ptr: u32, len: u32) -> HostResult<
     Ok(id as i32)
 }
 
+/// What one output item costs against `maxOutputBytes` besides its bytes:
+/// about its JSON framing (`{"type":"text","text":""}`), so a flood of
+/// empty items is bounded like a flood of text.
+pub const OUTPUT_ITEM_COST: usize = 32;
+
 /// `codemode.emit(kind, ptr, len)`
+///
+/// The output budget is the VM's whole life (one exec or one wait), not one
+/// burst: output kept between awaited tool calls counts too.
 fn emit(mut caller: Caller<'_, HostState>, kind: i32, ptr: u32, len: u32) -> HostResult<i32> {
     let state = caller.data();
-    if state.output_bytes.saturating_add(len as usize) > state.max_output_bytes {
+    let cost = (len as usize).saturating_add(OUTPUT_ITEM_COST);
+    if state.output_bytes.saturating_add(cost) > state.max_output_bytes {
         return Err(stop(&mut caller, Interrupt::OutputLimit));
     }
     let bytes = read_guest(&mut caller, ptr, len)?;
     let item = match kind {
-        abi::EMIT_JSON => match serde_json::from_slice(&bytes) {
+        abi::EMIT_JSON => match crate::parse_guest_json(&bytes) {
             Ok(value) => OutputItem::Json(value),
             Err(_) => OutputItem::Text(String::from_utf8_lossy(&bytes).into_owned()),
         },
         _ => OutputItem::Text(String::from_utf8_lossy(&bytes).into_owned()),
     };
     let state = caller.data_mut();
-    state.output_bytes += len as usize;
+    state.output_bytes += cost;
     state.output.push(item);
     Ok(0)
 }

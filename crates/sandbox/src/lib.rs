@@ -45,6 +45,7 @@
 
 mod abi;
 mod error;
+mod guest_json;
 mod host;
 mod image;
 mod limits;
@@ -61,9 +62,12 @@ use std::time::Instant;
 use wasmtime::{Engine, InstancePre, Linker, Mutability};
 
 pub use error::{SandboxError, SnapshotError};
-pub use host::{HostRequest, OutputItem};
+pub use guest_json::{
+    GuestJsonError, MAX_ERROR_BYTES, MAX_JSON_DEPTH, bounded_text, parse_guest_json,
+};
+pub use host::{HostRequest, OUTPUT_ITEM_COST, OutputItem};
 pub use image::default_cache_dir;
-pub use limits::Limits;
+pub use limits::{CancelFlag, Limits};
 pub use snapshot::Snapshot;
 pub use vm::{Failure, FailureKind, Settlement, Step, Vm};
 

@@ -1,6 +1,32 @@
 //! The limits one VM runs under.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Stops a running VM from another thread within about a millisecond (the
+/// epoch tick): the guest traps and the VM fails with
+/// [`crate::FailureKind::Aborted`]. Cheap to clone; all clones share one flag.
+#[derive(Debug, Clone, Default)]
+pub struct CancelFlag(Arc<AtomicBool>);
+
+impl CancelFlag {
+    /// A flag that is not set.
+    pub fn new() -> CancelFlag {
+        CancelFlag::default()
+    }
+
+    /// Sets the flag: every VM running under it stops at its next epoch
+    /// check, and VMs entered later fail at once.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`CancelFlag::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
 
 /// Hard limits for one VM, enforced by the host. A hostile guest can reach
 /// any of them but cannot raise or catch them.
@@ -30,6 +56,8 @@ pub struct Limits {
     pub max_outstanding_requests: usize,
     /// Largest single request payload the guest may send.
     pub max_request_bytes: usize,
+    /// Set from outside to stop the VM (abort, a client's cancellation).
+    pub cancel: CancelFlag,
 }
 
 impl Default for Limits {
@@ -41,6 +69,7 @@ impl Default for Limits {
             max_snapshot_bytes: 10 << 20,
             max_outstanding_requests: 1024,
             max_request_bytes: 1 << 20,
+            cancel: CancelFlag::new(),
         }
     }
 }

@@ -40,7 +40,15 @@
   const request = natives.request;
   const emit = natives.emit;
   const fastJson = natives.fastJson;
-  const MAX_DEPTH = 200;
+  // The host's MAX_JSON_DEPTH and the guest's MAX_FAST_DEPTH: one limit for
+  // every value that leaves the VM (a test pins the three together).
+  const MAX_DEPTH = 100;
+  // Lone UTF-16 surrogates (an emoji cut in half) have no UTF-8 form: text
+  // leaving the VM carries U+FFFD in their place, as the host does for JSON.
+  const toWellFormed = StringCtor.prototype.toWellFormed;
+  const wellFormed = typeof toWellFormed === "function"
+    ? (s) => call(toWellFormed, s)
+    : (s) => s;
 
   // Math.random is seeded per run by the host (see the guest's cm_run).
   defineProperty(Math, "random", { value: natives.random, writable: true, configurable: true });
@@ -247,7 +255,7 @@
   }
 
   function text(value) {
-    emit(0, textOf(value));
+    emit(0, wellFormed(textOf(value)));
   }
 
   function json(value) {

@@ -37,10 +37,10 @@ pub enum FailureKind {
     StackOverflow,
     /// The guest tried to output more than `max_output_bytes`.
     OutputLimit,
+    /// The VM's [`crate::CancelFlag`] was set (an abort or cancellation).
+    Aborted,
     /// The guest had more host requests outstanding than the hard bound.
     TooManyRequests,
-    /// One host request payload was larger than `max_request_bytes`.
-    RequestTooLarge,
     /// The guest's final value was not valid JSON (a tampered adapter).
     InvalidResult,
     /// The guest trapped or broke the ABI (a bug or a hostile module).
@@ -186,10 +186,14 @@ impl Vm {
         state.max_outstanding_requests = limits.max_outstanding_requests;
         state.max_request_bytes = limits.max_request_bytes;
         state.deadline = limits.deadline_from_now();
+        state.cancel = limits.cancel.clone();
         let mut store = Store::new(&inner.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(|mut ctx| {
-            if Instant::now() >= ctx.data().deadline {
+            if ctx.data().cancel.is_cancelled() {
+                ctx.data_mut().interrupt = Some(Interrupt::Cancelled);
+                Err(wasmtime::Error::msg("cancelled"))
+            } else if Instant::now() >= ctx.data().deadline {
                 ctx.data_mut().interrupt = Some(Interrupt::Timeout);
                 Err(wasmtime::Error::msg("deadline reached"))
             } else {
@@ -198,10 +202,7 @@ impl Vm {
         });
         let instance = inner.pre.instantiate(&mut store).map_err(|e| {
             let text = format!("{e:#}");
-            if text.contains("pooling")
-                || text.contains("maximum concurrent")
-                || text.contains("limit of")
-            {
+            if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
                 SandboxError::PoolExhausted {
                     limit: inner.config.max_live_vms,
                 }
@@ -249,11 +250,16 @@ impl Vm {
         &self.limits
     }
 
-    /// Output items produced since the last call.
+    /// Output items produced since the last call. Taking them does not
+    /// refill the budget: `max_output_bytes` holds over the VM's life.
     pub fn take_output(&mut self) -> Vec<OutputItem> {
-        let state = self.store.data_mut();
-        state.output_bytes = 0;
-        std::mem::take(&mut state.output)
+        std::mem::take(&mut self.store.data_mut().output)
+    }
+
+    /// Bytes of the output budget used so far (each item's bytes plus
+    /// [`crate::OUTPUT_ITEM_COST`]).
+    pub fn output_budget_used(&self) -> usize {
+        self.store.data().output_bytes
     }
 
     /// Requests the guest made since the last call.
@@ -353,6 +359,10 @@ impl Vm {
             return Err(SandboxError::VmDead);
         }
         self.store.data_mut().interrupt = None;
+        if self.limits.cancel.is_cancelled() {
+            self.dead = true;
+            return Ok(Step::Failed(cancelled_failure()));
+        }
         if Instant::now() >= self.store.data().deadline {
             self.dead = true;
             return Ok(Step::Failed(timeout_failure(&self.limits)));
@@ -377,11 +387,11 @@ impl Vm {
             abi::STATUS_PENDING => Step::Pending,
             abi::STATUS_COMPLETED => {
                 let out = read_out(&mut self.store, &self.instance).unwrap_or_default();
-                match serde_json::from_slice(&out) {
+                match crate::parse_guest_json(&out) {
                     Ok(value) => Step::Completed(value),
-                    Err(_) => Step::Failed(Failure::host(
+                    Err(e) => Step::Failed(Failure::host(
                         FailureKind::InvalidResult,
-                        "the cell's value could not be converted to JSON (the JSON adapter was tampered with)",
+                        format!("the cell's value could not be converted to JSON: {e}"),
                     )),
                 }
             }
@@ -417,15 +427,16 @@ impl Vm {
             column: Option<u32>,
             code: Option<String>,
         }
-        let info: Info = serde_json::from_slice(payload).unwrap_or(Info {
+        let payload = crate::guest_json::replace_lone_surrogates(payload);
+        let info: Info = serde_json::from_slice(&payload).unwrap_or(Info {
             name: Some("Error".into()),
             message: Some("the cell failed with an error that could not be described".into()),
             line: None,
             column: None,
             code: None,
         });
-        let name = info.name.unwrap_or_else(|| "Error".into());
-        let message = info.message.unwrap_or_default();
+        let name = crate::bounded_text(info.name.unwrap_or_else(|| "Error".into()), 256);
+        let message = crate::bounded_text(info.message.unwrap_or_default(), crate::MAX_ERROR_BYTES);
         let column = match (info.line, info.column) {
             (Some(1), Some(c)) if c > abi::CELL_PREFIX_COLUMNS => {
                 Some(c - abi::CELL_PREFIX_COLUMNS)
@@ -459,12 +470,14 @@ impl Vm {
         let limits = &self.limits;
         match self.store.data().interrupt {
             Some(Interrupt::Timeout) => return timeout_failure(limits),
+            Some(Interrupt::Cancelled) => return cancelled_failure(),
             Some(Interrupt::OutputLimit) => {
                 return Failure::host(
                     FailureKind::OutputLimit,
                     format!(
-                        "output limit exceeded: text() and json() may produce at most {} bytes per result (maxOutputBytes); return a smaller summary instead",
-                        limits.max_output_bytes
+                        "output limit exceeded: text() and json() may produce at most {} bytes in one exec or wait (maxOutputBytes; each item counts {} bytes more); return a smaller summary instead",
+                        limits.max_output_bytes,
+                        crate::OUTPUT_ITEM_COST
                     ),
                 );
             }
@@ -474,15 +487,6 @@ impl Vm {
                     format!(
                         "too many host requests outstanding at once (limit {}); await some before starting more",
                         limits.max_outstanding_requests
-                    ),
-                );
-            }
-            Some(Interrupt::RequestTooLarge) => {
-                return Failure::host(
-                    FailureKind::RequestTooLarge,
-                    format!(
-                        "a tool call input is larger than {} bytes",
-                        limits.max_request_bytes
                     ),
                 );
             }
@@ -520,6 +524,10 @@ impl Vm {
             }
         }
     }
+}
+
+fn cancelled_failure() -> Failure {
+    Failure::host(FailureKind::Aborted, "the run was aborted and stopped")
 }
 
 fn timeout_failure(limits: &Limits) -> Failure {

@@ -1,5 +1,9 @@
 //! Source checks and transforms for code-mode cells, before any VM starts:
 //!
+//! - [`check_nesting`]: a lexical upper estimate of how deeply a cell
+//!   nests, taken before any parser (which recurses per level) sees it.
+//! - [`check_cell_body`]: a JavaScript cell parses as exactly one async
+//!   function body (it cannot close the engine's wrapper).
 //! - [`looks_like_shell_command`]: a cell that is plainly a shell command
 //!   line (`ls -la`, `git status`) instead of JavaScript.
 //! - [`check_module_access`]: `import` declarations, dynamic `import()`,
@@ -21,11 +25,15 @@
 //! The TypeScript transformer is set up only when a TypeScript cell arrives
 //! ([`typescript_transformer_initialised`] tells whether it ever was).
 
+mod cell_body;
 mod module_access;
+mod nesting;
 mod shell;
 mod typescript;
 
+pub use cell_body::{CELL_PREFIX, CELL_SUFFIX, CellSyntaxError, check_cell_body};
 pub use module_access::{ModuleAccess, check_module_access};
+pub use nesting::{MAX_NESTING_DEPTH, TooDeep, check_nesting, nesting_estimate};
 pub use shell::looks_like_shell_command;
 pub use typescript::{
     Transformed, TypeScriptError, transform_typescript, typescript_transformer_initialised,

@@ -13,6 +13,7 @@ use oxc_ast::ast::{
     ExportDefaultDeclaration, ExportFromDeclaration, ExportNamedDeclaration, Expression,
     IdentifierReference, ImportDeclaration, ImportDeclarationSpecifier, ImportExpression,
     ImportMeta, ImportOrExportKind, Program, TSExportAssignment, TSImportEqualsDeclaration,
+    TSModuleBlock,
     UnaryExpression, UnaryOperator,
 };
 use oxc_ast_visit::{Visit, walk};
@@ -36,8 +37,7 @@ pub struct ModuleAccess {
     pub column: u32,
 }
 
-/// Columns the engine's wrapper `(async function () {` adds to line 1.
-const WRAPPER: &str = "(async function () {";
+use crate::cell_body::{CELL_PREFIX as WRAPPER, CELL_SUFFIX};
 
 /// Checks a cell for module access.
 ///
@@ -68,7 +68,7 @@ pub fn check_module_access(source: &str, dialect: Dialect) -> Result<(), ModuleA
     if !parsed.panicked {
         return scan(&parsed.program, source, 0, dialect);
     }
-    let wrapped = format!("{WRAPPER}{source}\n}})");
+    let wrapped = format!("{WRAPPER}{source}{CELL_SUFFIX}");
     let script_type = match dialect {
         Dialect::JavaScript => SourceType::cjs(),
         Dialect::TypeScript => SourceType::ts().with_script(true),
@@ -93,6 +93,7 @@ fn scan(
         dialect,
         found: None,
         typeof_operand: None,
+        in_namespace: 0,
     };
     finder.visit_program(program);
     match finder.found {
@@ -126,6 +127,9 @@ struct Finder<'s> {
     found: Option<(String, Span)>,
     /// The span of the identifier under `typeof` (a harmless feature check).
     typeof_operand: Option<Span>,
+    /// Inside a TypeScript `namespace` / `declare module` body, where
+    /// `export` declares a namespace member, not a module export.
+    in_namespace: u32,
 }
 
 impl Finder<'_> {
@@ -235,7 +239,16 @@ impl<'a> Visit<'a> for Finder<'_> {
         }
     }
 
+    fn visit_ts_module_block(&mut self, it: &TSModuleBlock<'a>) {
+        self.in_namespace += 1;
+        walk::walk_ts_module_block(self, it);
+        self.in_namespace -= 1;
+    }
+
     fn visit_export_named_declaration(&mut self, it: &ExportNamedDeclaration<'a>) {
+        if self.in_namespace > 0 {
+            return walk::walk_export_named_declaration(self, it);
+        }
         if !(self.dialect == Dialect::TypeScript && it.export_kind == ImportOrExportKind::Type) {
             self.report(
                 "`export` (a cell is not a module: return the value instead)",
@@ -250,7 +263,7 @@ impl<'a> Visit<'a> for Finder<'_> {
                 &it.declaration,
                 Declaration::TSTypeAliasDeclaration(_) | Declaration::TSInterfaceDeclaration(_)
             );
-        if !type_only {
+        if !type_only && self.in_namespace == 0 {
             self.report(
                 "`export` (a cell is not a module: return the value instead)",
                 it.span,
@@ -335,6 +348,17 @@ mod tests {
         let ok = "function require(x) { return x * 2; }\nreturn require(21);";
         assert!(check_module_access(ok, Dialect::JavaScript).is_ok());
         assert!(check_module_access("return typeof require", Dialect::JavaScript).is_ok());
+    }
+
+    #[test]
+    fn namespace_members_are_not_module_exports() {
+        let ts = "namespace N { export const v = 9; export function f() { return 1 } }\nreturn N.v + N.f();";
+        assert!(check_module_access(ts, Dialect::TypeScript).is_ok());
+        let declared = "declare module 'x' { export const y: number }\nreturn 1";
+        assert!(check_module_access(declared, Dialect::TypeScript).is_ok());
+        // A real export next to a namespace is still refused.
+        let mixed = "namespace N { export const v = 9 }\nexport const w = N.v;";
+        assert!(check_module_access(mixed, Dialect::TypeScript).is_err());
     }
 
     #[test]

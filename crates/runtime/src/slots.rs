@@ -1,0 +1,180 @@
+//! Live-VM slots: how many cells may run at once in the process and in one
+//! scope (one MCP client session, one agent run).
+//!
+//! The sandbox's pool holds a fixed number of live VMs. Without shares, one
+//! session with many execs awaiting a slow tool holds every VM and another
+//! session's `return 1` fails. So each scope may hold at most its share,
+//! and beyond it (or when the process is full) an exec or wait queues
+//! briefly — a short, bounded queue — and then fails with
+//! `runtime_unavailable` and a message that names the limit.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The process's live-VM slots.
+pub(crate) struct ProcessSlots {
+    slots: Arc<Semaphore>,
+    total: usize,
+    per_scope: usize,
+    queue_timeout: Duration,
+    queued: AtomicUsize,
+}
+
+/// One scope's share of the process's slots.
+pub(crate) struct ScopeSlots {
+    slots: Arc<Semaphore>,
+    queued: AtomicUsize,
+}
+
+/// Held while a VM of the scope is live (an exec or a wait).
+pub(crate) struct VmPermit {
+    _scope: OwnedSemaphorePermit,
+    _process: OwnedSemaphorePermit,
+}
+
+/// Why no VM slot could be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SlotError {
+    #[error(
+        "this session already runs {limit} cells at once (its share of live VMs, maxLiveVmsPerSession) and {queued} more are queued; await or wait for running cells before starting more"
+    )]
+    ScopeBusy { limit: usize, queued: usize },
+    #[error(
+        "all {limit} live VMs of this process are busy (maxLiveVms) and none freed within {waited_ms} ms; try again shortly"
+    )]
+    ProcessBusy { limit: usize, waited_ms: u128 },
+}
+
+/// Decrements a queue counter when the waiter leaves (by any path).
+struct Queued<'a>(&'a AtomicUsize);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ProcessSlots {
+    pub(crate) fn new(total: usize, per_scope: usize, queue_timeout: Duration) -> ProcessSlots {
+        let total = total.max(1);
+        ProcessSlots {
+            slots: Arc::new(Semaphore::new(total)),
+            total,
+            per_scope: per_scope.clamp(1, total),
+            queue_timeout,
+            queued: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn scope_slots(&self) -> ScopeSlots {
+        ScopeSlots {
+            slots: Arc::new(Semaphore::new(self.per_scope)),
+            queued: AtomicUsize::new(0),
+        }
+    }
+
+    /// A slot of `scope` and of the process, waiting at most the queue
+    /// timeout for each; a scope's queue is at most its share long.
+    pub(crate) async fn acquire(&self, scope: &ScopeSlots) -> Result<VmPermit, SlotError> {
+        let scope_permit = match Arc::clone(&scope.slots).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let queued = scope.queued.fetch_add(1, Ordering::SeqCst);
+                let _leave = Queued(&scope.queued);
+                if queued >= self.per_scope {
+                    return Err(SlotError::ScopeBusy {
+                        limit: self.per_scope,
+                        queued,
+                    });
+                }
+                match tokio::time::timeout(
+                    self.queue_timeout,
+                    Arc::clone(&scope.slots).acquire_owned(),
+                )
+                .await
+                {
+                    Ok(Ok(permit)) => permit,
+                    _ => {
+                        return Err(SlotError::ScopeBusy {
+                            limit: self.per_scope,
+                            queued,
+                        });
+                    }
+                }
+            }
+        };
+        let process_permit = match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                self.queued.fetch_add(1, Ordering::SeqCst);
+                let _leave = Queued(&self.queued);
+                match tokio::time::timeout(self.queue_timeout, Arc::clone(&self.slots).acquire_owned())
+                    .await
+                {
+                    Ok(Ok(permit)) => permit,
+                    _ => {
+                        return Err(SlotError::ProcessBusy {
+                            limit: self.total,
+                            waited_ms: self.queue_timeout.as_millis(),
+                        });
+                    }
+                }
+            }
+        };
+        Ok(VmPermit {
+            _scope: scope_permit,
+            _process: process_permit,
+        })
+    }
+
+    /// Slots in use now (for tests and metrics).
+    pub(crate) fn in_use(&self) -> usize {
+        self.total - self.slots.available_permits()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_scope_cannot_take_every_slot() {
+        let process = ProcessSlots::new(4, 2, Duration::from_millis(20));
+        let greedy = process.scope_slots();
+        let a = process.acquire(&greedy).await.unwrap();
+        let b = process.acquire(&greedy).await.unwrap();
+        let refused = process.acquire(&greedy).await.err().unwrap();
+        assert!(matches!(refused, SlotError::ScopeBusy { limit: 2, .. }), "{refused}");
+        assert!(refused.to_string().contains("maxLiveVmsPerSession"));
+        let other = process.scope_slots();
+        let c = process.acquire(&other).await.unwrap();
+        assert_eq!(process.in_use(), 3);
+        drop((a, b, c));
+        assert_eq!(process.in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_queued_exec_gets_the_next_free_slot() {
+        let process = Arc::new(ProcessSlots::new(1, 1, Duration::from_secs(5)));
+        let scope = Arc::new(process.scope_slots());
+        let first = process.acquire(&scope).await.unwrap();
+        let (p, s) = (Arc::clone(&process), Arc::clone(&scope));
+        let waiter = tokio::spawn(async move { p.acquire(&s).await.map(|_| ()) });
+        tokio::task::yield_now().await;
+        drop(first);
+        assert_eq!(waiter.await.unwrap(), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_full_process_fails_after_the_queue_timeout() {
+        let process = ProcessSlots::new(1, 1, Duration::from_millis(10));
+        let (one, two) = (process.scope_slots(), process.scope_slots());
+        let _held = process.acquire(&one).await.unwrap();
+        let refused = process.acquire(&two).await.err().unwrap();
+        assert!(matches!(refused, SlotError::ProcessBusy { limit: 1, .. }), "{refused}");
+        assert!(refused.to_string().contains("maxLiveVms"));
+    }
+}

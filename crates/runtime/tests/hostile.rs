@@ -1,0 +1,391 @@
+//! Hostile cells against the process around the sandbox: each test pins a
+//! way one cell or one session used to hurt the host or the others (issue
+//! "Reliability"), and failed before its fix.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use codemode_runtime::{RuntimeOptions, ToolSource};
+use common::{Behaviour, Scripted, exec, runtime_with, session, shared, tool, wait};
+use serde_json::{Value, json};
+
+async fn run(code: &str, language: &str) -> Value {
+    let s = session(shared(), Vec::new(), Scripted::default());
+    s.exec(&json!({ "code": code, "language": language }))
+        .await
+        .to_json()
+}
+
+fn assert_failed(result: &Value, code: Option<&str>, needle: &str) {
+    assert_eq!(result["status"], "failed", "{result}");
+    assert_eq!(result["code"].as_str(), code, "{result}");
+    let error = result["error"].as_str().unwrap_or_default();
+    assert!(error.contains(needle), "expected {needle:?} in: {error}");
+}
+
+/// Shapes that made the pre-VM checks recurse without bound on the
+/// caller's thread (a Rust stack overflow aborts the whole process).
+fn deep_shapes(n: usize) -> Vec<(String, &'static str)> {
+    vec![
+        (format!("// import\nreturn {}1{}", "[".repeat(n), "]".repeat(n)), "javascript"),
+        (format!("return {}1{}", "(".repeat(n), ")".repeat(n)), "javascript"),
+        (format!("return {}x", "!".repeat(n)), "javascript"),
+        (format!("return 1{}", "+1".repeat(n)), "javascript"),
+        (format!("return a{}", ".b".repeat(n)), "javascript"),
+        (format!("return f{}", "()".repeat(n)), "javascript"),
+        (format!("{}return 1", "if (x)\n".repeat(n)), "javascript"),
+        (format!("return {}1{}", "[".repeat(n), "]".repeat(n)), "typescript"),
+        (format!("type T = {}number{};\nreturn 1", "Array<".repeat(n), ">".repeat(n)), "typescript"),
+        (format!("ls {}", "[".repeat(n)), "javascript"),
+        (format!("ls {}", "-a ".repeat(n)), "javascript"),
+    ]
+}
+
+#[tokio::test]
+async fn too_deep_cells_fail_alone_with_a_clear_error() {
+    for n in [1_500, 50_000] {
+        for (code, language) in deep_shapes(n) {
+            let result = run(&code, language).await;
+            assert_failed(&result, Some("invalid_input"), "nests too deeply");
+            assert!(result["error"].as_str().unwrap().contains("line"), "{result}");
+        }
+    }
+    // The process is fine: the next cell runs.
+    assert_eq!(run("return 1", "javascript").await["value"], 1);
+}
+
+#[tokio::test]
+async fn cells_just_under_the_nesting_limit_are_checked_without_overflow() {
+    // Every shape at the deepest the bound lets through runs the real
+    // parsers on the checker thread; whatever the engine then says, the
+    // process survives and answers.
+    for (code, language) in deep_shapes(480) {
+        let result = run(&code, language).await;
+        assert!(result["status"].is_string(), "{result}");
+    }
+    assert_eq!(run("return 2", "javascript").await["value"], 2);
+}
+
+#[tokio::test]
+async fn a_cell_cannot_close_its_own_wrapper() {
+    let escape = "}); globalThis.__escaped = 1; (async function () {";
+    let result = run(escape, "javascript").await;
+    assert_failed(&result, None, "SyntaxError");
+    assert!(result["error"].as_str().unwrap().contains("closes the function"), "{result}");
+    let again = run("return typeof globalThis.__escaped", "javascript").await;
+    assert_eq!(again["value"], "undefined", "{again}");
+    // Ordinary syntax errors still say where.
+    let result = run("const a = 1;\nconst = 2", "javascript").await;
+    assert_failed(&result, None, "line 2");
+}
+
+#[tokio::test]
+async fn typescript_namespaces_are_not_module_exports() {
+    let result = run("namespace N { export const v = 9 }\nreturn N.v;", "typescript").await;
+    assert_eq!(result["value"], 9, "{result}");
+}
+
+fn instant_tool() -> (Vec<codemode_runtime::ToolDefinition>, Scripted) {
+    let tools = vec![tool(ToolSource::Plugin, "p", "ping", "answers at once")];
+    let exec = Scripted::default().with("plugin:p:ping", Behaviour::Value(json!(1)));
+    (tools, exec)
+}
+
+#[tokio::test]
+async fn output_is_bounded_over_the_whole_exec_not_per_burst() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, maxOutputBytes: 20000, timeoutMs: 5000}}}",
+        RuntimeOptions::default(),
+    );
+    let (tools, executor) = instant_tool();
+    let s = session(&runtime, tools, executor);
+    let result = exec(
+        &s,
+        "for (let i = 0; i < 100; i++) { text('x'.repeat(5000)); await tools.ping({}); } return 1",
+    )
+    .await;
+    assert_failed(&result, Some("output_limit_exceeded"), "maxOutputBytes");
+    let kept: usize = result["output"]
+        .as_array()
+        .map(|items| items.iter().map(|i| i["text"].as_str().map_or(0, str::len)).sum())
+        .unwrap_or(0);
+    assert!(kept <= 20_000, "kept {kept} bytes");
+    // Empty items cost something too.
+    let result = exec(&s, "for (let i = 0; i < 1e6; i++) text(''); return 1").await;
+    assert_failed(&result, Some("output_limit_exceeded"), "each item counts");
+    // The value counts against the same budget.
+    let result = exec(&s, "text('y'.repeat(15000)); return 'z'.repeat(10000)").await;
+    assert_failed(&result, Some("output_limit_exceeded"), "returned value");
+}
+
+#[tokio::test]
+async fn error_text_is_bounded() {
+    let result = run("throw new Error('E'.repeat(8 << 20))", "javascript").await;
+    let error = result["error"].as_str().unwrap();
+    assert!(error.len() < 10_000, "{} bytes", error.len());
+    assert!(error.contains("[truncated: 8388608 bytes in all]"), "{}", &error[error.len() - 80..]);
+    let tools = vec![tool(ToolSource::Plugin, "p", "bad", "fails loudly")];
+    let executor = Scripted::default().with("plugin:p:bad", Behaviour::Fail("F".repeat(2 << 20)));
+    let s = session(shared(), tools, executor);
+    let result = exec(&s, "try { await tools.bad({}) } catch (e) { return e.message.length }").await;
+    assert!(result["value"].as_u64().unwrap() < 10_000, "{result}");
+}
+
+#[tokio::test]
+async fn host_work_asked_by_the_guest_ends_at_the_deadline() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 1000}}}",
+        RuntimeOptions::default(),
+    );
+    let tools: Vec<_> = (0..300)
+        .map(|i| tool(ToolSource::Plugin, "p", &format!("tool_number_{i}"), "a tool"))
+        .collect();
+    let s = session(&runtime, tools, Scripted::default());
+    // Oversized ids are refused at once, catchably, naming the cap.
+    let result = exec(
+        &s,
+        "try { await tools.describe('x'.repeat(200000)) } catch (e) { return e.message }",
+    )
+    .await;
+    assert!(result["value"].as_str().unwrap().contains("at most 1024 bytes"), "{result}");
+    // A burst of the most expensive describes the cap allows ends near the
+    // deadline, not long after it.
+    let started = Instant::now();
+    let result = exec(
+        &s,
+        "const ps = []; for (let i = 0; i < 1000; i++) ps.push(tools.describe('y'.repeat(1000) + i).catch(() => 0));\
+         for (;;) { await Promise.all(ps.slice(0, 10)); for (let i = 0; i < 50; i++) await tools.describe('z'.repeat(1000)).catch(() => 0); }",
+    )
+    .await;
+    let took = started.elapsed();
+    // It ends at the deadline: suspended with results carried to the next
+    // wait, or failed with `timeout` when the host was mid-burst.
+    assert!(
+        result["status"] == "waiting" || result["code"] == "timeout",
+        "{result}"
+    );
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+}
+
+#[tokio::test]
+async fn oversized_tool_input_rejects_inside_the_guest() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 5000}}}",
+        RuntimeOptions::default(),
+    );
+    let (tools, executor) = instant_tool();
+    let s = session(&runtime, tools, executor);
+    let result = exec(
+        &s,
+        "try { await tools.ping({ big: 'x'.repeat(2 << 20) }) } catch (e) { return [e.code, e.message] }",
+    )
+    .await;
+    assert_eq!(result["status"], "completed", "{result}");
+    assert!(result["value"][1].as_str().unwrap().contains("bytes"), "{result}");
+}
+
+#[tokio::test]
+async fn one_nesting_limit_with_one_clear_error() {
+    let (tools, executor) = instant_tool();
+    let s = session(shared(), tools, executor);
+    for depth in [99, 130, 150, 199, 250] {
+        let code = format!(
+            "let v = 1; for (let i = 0; i < {depth}; i++) v = [v];\n\
+             const out = {{}};\n\
+             try {{ await tools.ping({{ v }}); out.input = 'ok' }} catch (e) {{ out.input = e.message }}\n\
+             try {{ json(v); out.json = 'ok' }} catch (e) {{ out.json = e.message }}\n\
+             return out"
+        );
+        let result = exec(&s, &code).await;
+        assert_eq!(result["status"], "completed", "{depth}: {result}");
+        let value = &result["value"];
+        if depth < 100 {
+            assert_eq!(value["input"], "ok", "{depth}: {result}");
+            assert_eq!(value["json"], "ok", "{depth}: {result}");
+        } else {
+            for key in ["input", "json"] {
+                let message = value[key].as_str().unwrap();
+                assert!(message.contains("nests deeper than 100 levels"), "{depth} {key}: {message}");
+            }
+        }
+        let returned = exec(&s, &format!("let v = 1; for (let i = 0; i < {depth}; i++) v = [v]; return v")).await;
+        if depth < 100 {
+            assert_eq!(returned["status"], "completed", "{depth}: {returned}");
+        } else {
+            assert!(returned["error"].as_str().unwrap().contains("nests deeper than 100 levels"), "{returned}");
+            assert_ne!(returned["code"], "internal_error", "{returned}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn lone_surrogates_become_replacement_characters() {
+    let tools = vec![tool(ToolSource::Plugin, "p", "echo", "echoes")];
+    let executor = Scripted::default().with("plugin:p:echo", Behaviour::Echo);
+    let s = session(shared(), tools, executor);
+    let result = exec(
+        &s,
+        "const cut = 'ab😀cd'.slice(0, 3); text(cut); json({ cut }); const back = await tools.echo({ cut }); return [cut, back.cut]",
+    )
+    .await;
+    assert_eq!(result["status"], "completed", "{result}");
+    assert_eq!(result["value"], json!(["ab\u{fffd}", "ab\u{fffd}"]));
+    assert_eq!(result["output"][0]["text"], "ab\u{fffd}", "{result}");
+    assert_eq!(result["output"][1]["value"]["cut"], "ab\u{fffd}", "{result}");
+}
+
+#[tokio::test]
+async fn a_nul_byte_in_the_source_is_invalid_input() {
+    let result = run("return 1;\u{0}", "javascript").await;
+    assert_failed(&result, Some("invalid_input"), "NUL");
+}
+
+#[tokio::test]
+async fn one_session_cannot_take_every_live_vm() {
+    let options = RuntimeOptions {
+        max_live_vms_per_scope: 4,
+        vm_queue_timeout: Duration::from_millis(200),
+        ..RuntimeOptions::default()
+    };
+    let runtime = runtime_with("{tools:{codeMode:{enabled:true, timeoutMs: 3000}}}", options);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let tools = vec![tool(ToolSource::Plugin, "p", "slow", "waits for a gate")];
+    let greedy = Arc::new(session(
+        &runtime,
+        tools,
+        Scripted::default().with("plugin:p:slow", Behaviour::Gate(Arc::clone(&gate))),
+    ));
+    // Many execs of one session awaiting a slow tool...
+    let mut hogs = Vec::new();
+    for _ in 0..12 {
+        let greedy = Arc::clone(&greedy);
+        hogs.push(tokio::spawn(async move {
+            greedy
+                .exec(&json!({ "code": "return await tools.slow({})" }))
+                .await
+                .to_json()
+        }));
+    }
+    while runtime.live_vms() < 4 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // ...leave room for another session.
+    let other = session(&runtime, Vec::new(), Scripted::default());
+    let result = exec(&other, "return 1").await;
+    assert_eq!(result["value"], 1, "{result}");
+    let mut refused = 0;
+    for hog in hogs {
+        let result = hog.await.unwrap();
+        if result["code"] == "runtime_unavailable" {
+            assert!(result["error"].as_str().unwrap().contains("maxLiveVmsPerSession"), "{result}");
+            refused += 1;
+        }
+    }
+    assert!(refused >= 4, "refused {refused}");
+    gate.add_permits(100);
+}
+
+#[tokio::test]
+async fn suspended_runs_are_bounded_in_bytes() {
+    let options = RuntimeOptions {
+        max_store_bytes_per_scope: 1 << 20,
+        ..RuntimeOptions::default()
+    };
+    let runtime = runtime_with("{tools:{codeMode:{enabled:true, timeoutMs: 2000}}}", options);
+    let s = session(&runtime, Vec::new(), Scripted::default());
+    let mut last = Value::Null;
+    for _ in 0..50 {
+        last = exec(&s, "globalThis.keep = 'k'.repeat(300000) + Math.random(); await yield_control(); return 1").await;
+        if last["status"] == "failed" {
+            break;
+        }
+    }
+    assert_failed(&last, Some("snapshot_limit_exceeded"), "per-session share");
+    assert!(runtime.suspended_bytes() <= 1 << 20, "{}", runtime.suspended_bytes());
+}
+
+#[tokio::test]
+async fn expired_runs_release_their_snapshot_and_calls_on_a_timer() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 200, snapshotTtlSeconds: 1}}}",
+        RuntimeOptions::default(),
+    );
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let tools = vec![tool(ToolSource::Plugin, "p", "slow", "waits for a gate")];
+    let executor = Scripted::default().with("plugin:p:slow", Behaviour::Gate(Arc::clone(&gate)));
+    let s = session(&runtime, tools, executor.clone());
+    let result = exec(&s, "return await tools.slow({})").await;
+    assert_eq!(result["status"], "waiting", "{result}");
+    assert!(runtime.suspended_bytes() > 0);
+    // No store access: only the timer can release it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while executor.cancelled.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the expired run's call was never cancelled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(runtime.suspended_bytes(), 0);
+    let late = wait(&s, &result["runId"]).await;
+    assert_eq!(late["code"], "snapshot_expired", "{late}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_call_stops_a_busy_cell_within_milliseconds() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 20000}}}",
+        RuntimeOptions::default(),
+    );
+    let s = Arc::new(session(&runtime, Vec::new(), Scripted::default()));
+    let canceller = s.canceller();
+    let busy = {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move { s.exec_call("call-busy", &json!({ "code": "for (;;) {}" })).await.to_json() })
+    };
+    while runtime.live_vms() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    assert!(canceller.cancel_call("call-busy"));
+    let result = busy.await.unwrap();
+    assert_eq!(result["code"], "aborted", "{result}");
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    // The session goes on.
+    assert_eq!(exec(&s, "return 3").await["value"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_stops_a_loop_of_instant_calls_and_starts_no_more() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 20000}}}",
+        RuntimeOptions::default(),
+    );
+    let (tools, executor) = instant_tool();
+    let s = Arc::new(session(&runtime, tools, executor.clone()));
+    let looping = {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move { exec(&s, "for (;;) await tools.ping({})").await })
+    };
+    while executor.call_count() < 100 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let started = Instant::now();
+    s.abort();
+    let result = looping.await.unwrap();
+    assert_eq!(result["code"], "aborted", "{result}");
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    let after = executor.call_count();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(executor.call_count(), after, "a nested call started after abort");
+}
+
+#[tokio::test]
+async fn a_cancelled_call_that_has_not_started_never_runs() {
+    let s = session(shared(), Vec::new(), Scripted::default());
+    s.canceller().cancel_call("early");
+    let result = s.exec_call("early", &json!({ "code": "return 1" })).await.to_json();
+    assert_eq!(result["code"], "aborted", "{result}");
+    assert_eq!(exec(&s, "return 1").await["value"], 1);
+}
