@@ -552,7 +552,11 @@ where
             }
         })
     });
-    if status == STATUS_FAILED && HEAP_REFUSED.load(Ordering::Relaxed) {
+    // A refused allocation ends the cell as out of memory, also when the
+    // failure happened inside a promise job (async recursion): the job's
+    // error is lost there, and the cell would look like it waits forever.
+    if (status == STATUS_FAILED || status == STATUS_PENDING) && HEAP_REFUSED.load(Ordering::Relaxed)
+    {
         STATUS_OUT_OF_MEMORY
     } else {
         status

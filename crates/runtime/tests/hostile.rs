@@ -389,3 +389,14 @@ async fn a_cancelled_call_that_has_not_started_never_runs() {
     assert_eq!(result["code"], "aborted", "{result}");
     assert_eq!(exec(&s, "return 1").await["value"], 1);
 }
+
+#[tokio::test]
+async fn async_recursion_that_exhausts_memory_is_a_memory_failure() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 5000, memoryLimitBytes: 8388608}}}",
+        RuntimeOptions::default(),
+    );
+    let s = session(&runtime, Vec::new(), Scripted::default());
+    let result = exec(&s, "async function f(n) { await null; return [n, await f(n + 1)]; } return await f(0)").await;
+    assert_eq!(result["code"], "memory_limit_exceeded", "{result}");
+}

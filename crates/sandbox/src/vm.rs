@@ -153,6 +153,10 @@ impl std::fmt::Debug for Vm {
 
 /// Reads the guest's out buffer (`cm_out_ptr`, `cm_out_len`).
 pub(crate) fn read_out(store: &mut Store<HostState>, instance: &Instance) -> Option<Vec<u8>> {
+    // Two trivial getters after the guest's burst: a deadline that passed
+    // meanwhile must not interrupt them (that turned a finished cell's
+    // result into an internal error). The next burst sets its own deadline.
+    store.set_epoch_deadline(1 << 40);
     let ptr = instance
         .get_typed_func::<(), u32>(&mut *store, "cm_out_ptr")
         .ok()?
