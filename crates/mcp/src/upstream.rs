@@ -153,10 +153,11 @@ impl Upstream {
     }
 
     /// Waits until the first connection attempt has ended (or `limit`).
+    /// Later restarts are not waited for: a new session or a `tools/list`
+    /// must not stall behind one server's slow restart.
     pub async fn started(&self, limit: Duration) {
-        let mut rx = self.status.subscribe();
-        let _ =
-            tokio::time::timeout(limit, rx.wait_for(|s| !matches!(s, Status::Connecting))).await;
+        let mut rx = self.first_attempt.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|done| *done)).await;
     }
 
     /// The tools and capabilities to catalogue: the live ones, or the last
@@ -215,6 +216,7 @@ impl Upstream {
             *lock(&self.last_known) = Some(lock(&connection.snapshot).clone());
             self.status
                 .send_replace(Status::Ready(Arc::clone(&connection)));
+            self.first_attempt.send_replace(true);
             (self.changed)();
             let stop = connection.stop.clone();
             let mut waiting = Box::pin(running.waiting());
@@ -232,6 +234,8 @@ impl Upstream {
                         break;
                     }
                     Some(()) = refresh.recv() => {
+                        // A burst of list-changed notifications is one re-list.
+                        while refresh.try_recv().is_ok() {}
                         self.refresh_tools(&connection).await;
                     }
                 }
@@ -265,7 +269,15 @@ impl Upstream {
     }
 
     async fn refresh_tools(&self, connection: &Connection) {
-        match list_tools(&connection.peer).await {
+        let limit = self.config.call_timeout;
+        let listed = match tokio::time::timeout(limit, list_tools(&connection.peer)).await {
+            Ok(listed) => listed,
+            Err(_) => {
+                warn!(server = %self.config.name, timeout_ms = limit.as_millis() as u64, "re-listing tools timed out; keeping the last list");
+                return;
+            }
+        };
+        match listed {
             Ok(tools) => {
                 info!(server = %self.config.name, tools = tools.len(), "tool list changed");
                 let snapshot = {
@@ -572,16 +584,28 @@ impl Upstream {
     }
 }
 
+/// All pages of the server's tools. A tool the SDK cannot read (an
+/// `inputSchema` that is missing, `null`, an array, ...) is left out with a
+/// warning; the server and its other tools stay.
 async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, rmcp::ServiceError> {
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
     // A server that pages forever is cut off: 1,000 pages is plenty.
     for _ in 0..1000 {
-        let page = peer
-            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
-            .await?;
-        tools.extend(page.tools);
-        cursor = page.next_cursor;
+        let request = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
+            method: Default::default(),
+            params: Some(PaginatedRequestParams::default().with_cursor(cursor)),
+            extensions: Default::default(),
+        });
+        let (page, next) = match peer.send_request(request).await? {
+            ServerResult::ListToolsResult(page) => (page.tools, page.next_cursor),
+            // One bad tool makes the typed result unreadable, and the SDK
+            // hands over the raw JSON: read it tool by tool.
+            ServerResult::CustomResult(raw) => tools_one_by_one(&peer_name(peer), raw.0),
+            _ => return Err(rmcp::ServiceError::UnexpectedResponse),
+        };
+        tools.extend(page);
+        cursor = next;
         if cursor.is_none() {
             break;
         }
@@ -589,6 +613,76 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, rmcp::ServiceE
     Ok(tools)
 }
 
+fn peer_name(peer: &Peer<RoleClient>) -> String {
+    peer.peer_info()
+        .map(|info| info.server_info.name.clone())
+        .unwrap_or_default()
+}
+
+/// The readable tools of a raw `tools/list` page and its next cursor.
+fn tools_one_by_one(server: &str, raw: Value) -> (Vec<Tool>, Option<String>) {
+    let next = raw
+        .get("nextCursor")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let items = match raw {
+        Value::Object(mut map) => match map.remove("tools") {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    let tools = items
+        .into_iter()
+        .filter_map(|item| {
+            let name = item
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .chars()
+                .take(80)
+                .collect::<String>();
+            match serde_json::from_value::<Tool>(item) {
+                Ok(tool) => Some(tool),
+                Err(e) => {
+                    warn!(server = %server, tool = %name, error = %e, "MCP tool left out: its definition is not valid (e.g. inputSchema must be an object)");
+                    None
+                }
+            }
+        })
+        .collect();
+    (tools, next)
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_tool_is_left_out_and_the_rest_kept() {
+        let raw = serde_json::json!({
+            "tools": [
+                { "name": "good", "inputSchema": { "type": "object" } },
+                { "name": "array_schema", "inputSchema": [] },
+                { "name": "null_schema", "inputSchema": null },
+                { "name": "no_schema" },
+                { "name": "also_good", "inputSchema": { "type": "object", "properties": {} } }
+            ],
+            "nextCursor": "page2"
+        });
+        // The SDK's untagged result type hands such a page over raw.
+        let parsed: ServerResult = serde_json::from_value(raw.clone()).unwrap();
+        assert!(
+            matches!(parsed, ServerResult::CustomResult(_)),
+            "{parsed:?}"
+        );
+        let (tools, next) = tools_one_by_one("s", raw);
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names, ["good", "also_good"]);
+        assert_eq!(next.as_deref(), Some("page2"));
+    }
 }

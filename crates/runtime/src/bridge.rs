@@ -63,13 +63,17 @@ pub(crate) fn outcome_settlement(
 pub(crate) const MAX_NAME_BYTES: usize = 1024;
 
 /// Params that name something (rather than carry tool input).
-const NAME_FIELDS: &[&str] = &["id", "name", "query", "path", "uri", "prefix", "server", "tool"];
+const NAME_FIELDS: &[&str] = &[
+    "id", "name", "query", "path", "uri", "prefix", "server", "tool",
+];
 
 fn oversized_name(params: &Map<String, Value>) -> Option<(&'static str, usize)> {
-    NAME_FIELDS.iter().find_map(|&field| match params.get(field) {
-        Some(Value::String(s)) if s.len() > MAX_NAME_BYTES => Some((field, s.len())),
-        _ => None,
-    })
+    NAME_FIELDS
+        .iter()
+        .find_map(|&field| match params.get(field) {
+            Some(Value::String(s)) if s.len() > MAX_NAME_BYTES => Some((field, s.len())),
+            _ => None,
+        })
 }
 
 fn bad_request(message: String) -> Settlement {
@@ -706,7 +710,15 @@ mod tests {
         };
         let mut state = RunState::new(&f.session, "exec_1", Language::JavaScript);
         let mut ready = VecDeque::new();
-        handle_request(&ctx, &mut state, HostRequest { id: 7, payload: Ok(payload) }, &mut ready);
+        handle_request(
+            &ctx,
+            &mut state,
+            HostRequest {
+                id: 7,
+                payload: Ok(payload),
+            },
+            &mut ready,
+        );
         let (id, settlement) = ready.pop_front().expect("answered at once");
         assert_eq!(id, 7);
         settlement

@@ -80,9 +80,8 @@ pub use catalog::{
     ToolSource,
 };
 pub use session::{
-    CallCanceller,
-    CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext, ToolCallError, ToolExecutor,
-    ToolFuture,
+    CallCanceller, CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext,
+    ToolCallError, ToolExecutor, ToolFuture,
 };
 pub use surface::{
     ExecHookMetadata, ModelTool, SurfaceError, check_model_tools, exec_hook_metadata, model_tools,

@@ -111,8 +111,11 @@ impl ProcessSlots {
             Err(_) => {
                 self.queued.fetch_add(1, Ordering::SeqCst);
                 let _leave = Queued(&self.queued);
-                match tokio::time::timeout(self.queue_timeout, Arc::clone(&self.slots).acquire_owned())
-                    .await
+                match tokio::time::timeout(
+                    self.queue_timeout,
+                    Arc::clone(&self.slots).acquire_owned(),
+                )
+                .await
                 {
                     Ok(Ok(permit)) => permit,
                     _ => {
@@ -147,7 +150,10 @@ mod tests {
         let a = process.acquire(&greedy).await.unwrap();
         let b = process.acquire(&greedy).await.unwrap();
         let refused = process.acquire(&greedy).await.err().unwrap();
-        assert!(matches!(refused, SlotError::ScopeBusy { limit: 2, .. }), "{refused}");
+        assert!(
+            matches!(refused, SlotError::ScopeBusy { limit: 2, .. }),
+            "{refused}"
+        );
         assert!(refused.to_string().contains("maxLiveVmsPerSession"));
         let other = process.scope_slots();
         let c = process.acquire(&other).await.unwrap();
@@ -174,7 +180,10 @@ mod tests {
         let (one, two) = (process.scope_slots(), process.scope_slots());
         let _held = process.acquire(&one).await.unwrap();
         let refused = process.acquire(&two).await.err().unwrap();
-        assert!(matches!(refused, SlotError::ProcessBusy { limit: 1, .. }), "{refused}");
+        assert!(
+            matches!(refused, SlotError::ProcessBusy { limit: 1, .. }),
+            "{refused}"
+        );
         assert!(refused.to_string().contains("maxLiveVms"));
     }
 }

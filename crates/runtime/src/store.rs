@@ -29,12 +29,24 @@ pub(crate) enum StoreError {
     Busy,
     Aborted,
     OtherScope,
-    Full { limit: usize },
-    ScopeFull { limit: usize },
+    Full {
+        limit: usize,
+    },
+    ScopeFull {
+        limit: usize,
+    },
     /// Snapshot bytes held by the process would pass `maxStoreBytes`.
-    BytesFull { limit: usize, held: usize, needed: usize },
+    BytesFull {
+        limit: usize,
+        held: usize,
+        needed: usize,
+    },
     /// Snapshot bytes held by this scope would pass its share.
-    ScopeBytesFull { limit: usize, held: usize, needed: usize },
+    ScopeBytesFull {
+        limit: usize,
+        held: usize,
+        needed: usize,
+    },
 }
 
 impl StoreError {
@@ -61,10 +73,18 @@ impl StoreError {
             StoreError::ScopeFull { limit } => format!(
                 "this session already holds {limit} suspended runs (the limit per session); resume them with wait or let them expire before starting more"
             ),
-            StoreError::BytesFull { limit, held, needed } => format!(
+            StoreError::BytesFull {
+                limit,
+                held,
+                needed,
+            } => format!(
                 "the process's suspended runs hold {held} snapshot bytes and this one needs {needed} more, past maxStoreBytes ({limit}); finish or abandon waiting runs, or keep less data alive across awaits"
             ),
-            StoreError::ScopeBytesFull { limit, held, needed } => format!(
+            StoreError::ScopeBytesFull {
+                limit,
+                held,
+                needed,
+            } => format!(
                 "this session's suspended runs hold {held} snapshot bytes and this one needs {needed} more, past the per-session share ({limit} bytes); resume them with wait, or keep less data alive across awaits"
             ),
         }

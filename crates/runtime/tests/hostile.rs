@@ -30,15 +30,31 @@ fn assert_failed(result: &Value, code: Option<&str>, needle: &str) {
 /// caller's thread (a Rust stack overflow aborts the whole process).
 fn deep_shapes(n: usize) -> Vec<(String, &'static str)> {
     vec![
-        (format!("// import\nreturn {}1{}", "[".repeat(n), "]".repeat(n)), "javascript"),
-        (format!("return {}1{}", "(".repeat(n), ")".repeat(n)), "javascript"),
+        (
+            format!("// import\nreturn {}1{}", "[".repeat(n), "]".repeat(n)),
+            "javascript",
+        ),
+        (
+            format!("return {}1{}", "(".repeat(n), ")".repeat(n)),
+            "javascript",
+        ),
         (format!("return {}x", "!".repeat(n)), "javascript"),
         (format!("return 1{}", "+1".repeat(n)), "javascript"),
         (format!("return a{}", ".b".repeat(n)), "javascript"),
         (format!("return f{}", "()".repeat(n)), "javascript"),
         (format!("{}return 1", "if (x)\n".repeat(n)), "javascript"),
-        (format!("return {}1{}", "[".repeat(n), "]".repeat(n)), "typescript"),
-        (format!("type T = {}number{};\nreturn 1", "Array<".repeat(n), ">".repeat(n)), "typescript"),
+        (
+            format!("return {}1{}", "[".repeat(n), "]".repeat(n)),
+            "typescript",
+        ),
+        (
+            format!(
+                "type T = {}number{};\nreturn 1",
+                "Array<".repeat(n),
+                ">".repeat(n)
+            ),
+            "typescript",
+        ),
         (format!("ls {}", "[".repeat(n)), "javascript"),
         (format!("ls {}", "-a ".repeat(n)), "javascript"),
     ]
@@ -50,7 +66,10 @@ async fn too_deep_cells_fail_alone_with_a_clear_error() {
         for (code, language) in deep_shapes(n) {
             let result = run(&code, language).await;
             assert_failed(&result, Some("invalid_input"), "nests too deeply");
-            assert!(result["error"].as_str().unwrap().contains("line"), "{result}");
+            assert!(
+                result["error"].as_str().unwrap().contains("line"),
+                "{result}"
+            );
         }
     }
     // The process is fine: the next cell runs.
@@ -74,7 +93,13 @@ async fn a_cell_cannot_close_its_own_wrapper() {
     let escape = "}); globalThis.__escaped = 1; (async function () {";
     let result = run(escape, "javascript").await;
     assert_failed(&result, None, "SyntaxError");
-    assert!(result["error"].as_str().unwrap().contains("closes the function"), "{result}");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("closes the function"),
+        "{result}"
+    );
     let again = run("return typeof globalThis.__escaped", "javascript").await;
     assert_eq!(again["value"], "undefined", "{again}");
     // Ordinary syntax errors still say where.
@@ -84,7 +109,11 @@ async fn a_cell_cannot_close_its_own_wrapper() {
 
 #[tokio::test]
 async fn typescript_namespaces_are_not_module_exports() {
-    let result = run("namespace N { export const v = 9 }\nreturn N.v;", "typescript").await;
+    let result = run(
+        "namespace N { export const v = 9 }\nreturn N.v;",
+        "typescript",
+    )
+    .await;
     assert_eq!(result["value"], 9, "{result}");
 }
 
@@ -110,7 +139,12 @@ async fn output_is_bounded_over_the_whole_exec_not_per_burst() {
     assert_failed(&result, Some("output_limit_exceeded"), "maxOutputBytes");
     let kept: usize = result["output"]
         .as_array()
-        .map(|items| items.iter().map(|i| i["text"].as_str().map_or(0, str::len)).sum())
+        .map(|items| {
+            items
+                .iter()
+                .map(|i| i["text"].as_str().map_or(0, str::len))
+                .sum()
+        })
         .unwrap_or(0);
     assert!(kept <= 20_000, "kept {kept} bytes");
     // Empty items cost something too.
@@ -126,11 +160,19 @@ async fn error_text_is_bounded() {
     let result = run("throw new Error('E'.repeat(8 << 20))", "javascript").await;
     let error = result["error"].as_str().unwrap();
     assert!(error.len() < 10_000, "{} bytes", error.len());
-    assert!(error.contains("[truncated: 8388608 bytes in all]"), "{}", &error[error.len() - 80..]);
+    assert!(
+        error.contains("[truncated: 8388608 bytes in all]"),
+        "{}",
+        &error[error.len() - 80..]
+    );
     let tools = vec![tool(ToolSource::Plugin, "p", "bad", "fails loudly")];
     let executor = Scripted::default().with("plugin:p:bad", Behaviour::Fail("F".repeat(2 << 20)));
     let s = session(shared(), tools, executor);
-    let result = exec(&s, "try { await tools.bad({}) } catch (e) { return e.message.length }").await;
+    let result = exec(
+        &s,
+        "try { await tools.bad({}) } catch (e) { return e.message.length }",
+    )
+    .await;
     assert!(result["value"].as_u64().unwrap() < 10_000, "{result}");
 }
 
@@ -141,7 +183,14 @@ async fn host_work_asked_by_the_guest_ends_at_the_deadline() {
         RuntimeOptions::default(),
     );
     let tools: Vec<_> = (0..300)
-        .map(|i| tool(ToolSource::Plugin, "p", &format!("tool_number_{i}"), "a tool"))
+        .map(|i| {
+            tool(
+                ToolSource::Plugin,
+                "p",
+                &format!("tool_number_{i}"),
+                "a tool",
+            )
+        })
         .collect();
     let s = session(&runtime, tools, Scripted::default());
     // Oversized ids are refused at once, catchably, naming the cap.
@@ -150,7 +199,13 @@ async fn host_work_asked_by_the_guest_ends_at_the_deadline() {
         "try { await tools.describe('x'.repeat(200000)) } catch (e) { return e.message }",
     )
     .await;
-    assert!(result["value"].as_str().unwrap().contains("at most 1024 bytes"), "{result}");
+    assert!(
+        result["value"]
+            .as_str()
+            .unwrap()
+            .contains("at most 1024 bytes"),
+        "{result}"
+    );
     // A burst of the most expensive describes the cap allows ends near the
     // deadline, not long after it.
     let started = Instant::now();
@@ -184,7 +239,10 @@ async fn oversized_tool_input_rejects_inside_the_guest() {
     )
     .await;
     assert_eq!(result["status"], "completed", "{result}");
-    assert!(result["value"][1].as_str().unwrap().contains("bytes"), "{result}");
+    assert!(
+        result["value"][1].as_str().unwrap().contains("bytes"),
+        "{result}"
+    );
 }
 
 #[tokio::test]
@@ -208,14 +266,27 @@ async fn one_nesting_limit_with_one_clear_error() {
         } else {
             for key in ["input", "json"] {
                 let message = value[key].as_str().unwrap();
-                assert!(message.contains("nests deeper than 100 levels"), "{depth} {key}: {message}");
+                assert!(
+                    message.contains("nests deeper than 100 levels"),
+                    "{depth} {key}: {message}"
+                );
             }
         }
-        let returned = exec(&s, &format!("let v = 1; for (let i = 0; i < {depth}; i++) v = [v]; return v")).await;
+        let returned = exec(
+            &s,
+            &format!("let v = 1; for (let i = 0; i < {depth}; i++) v = [v]; return v"),
+        )
+        .await;
         if depth < 100 {
             assert_eq!(returned["status"], "completed", "{depth}: {returned}");
         } else {
-            assert!(returned["error"].as_str().unwrap().contains("nests deeper than 100 levels"), "{returned}");
+            assert!(
+                returned["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("nests deeper than 100 levels"),
+                "{returned}"
+            );
             assert_ne!(returned["code"], "internal_error", "{returned}");
         }
     }
@@ -234,7 +305,10 @@ async fn lone_surrogates_become_replacement_characters() {
     assert_eq!(result["status"], "completed", "{result}");
     assert_eq!(result["value"], json!(["ab\u{fffd}", "ab\u{fffd}"]));
     assert_eq!(result["output"][0]["text"], "ab\u{fffd}", "{result}");
-    assert_eq!(result["output"][1]["value"]["cut"], "ab\u{fffd}", "{result}");
+    assert_eq!(
+        result["output"][1]["value"]["cut"], "ab\u{fffd}",
+        "{result}"
+    );
 }
 
 #[tokio::test]
@@ -250,7 +324,10 @@ async fn one_session_cannot_take_every_live_vm() {
         vm_queue_timeout: Duration::from_millis(200),
         ..RuntimeOptions::default()
     };
-    let runtime = runtime_with("{tools:{codeMode:{enabled:true, timeoutMs: 3000}}}", options);
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 3000}}}",
+        options,
+    );
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let tools = vec![tool(ToolSource::Plugin, "p", "slow", "waits for a gate")];
     let greedy = Arc::new(session(
@@ -280,7 +357,13 @@ async fn one_session_cannot_take_every_live_vm() {
     for hog in hogs {
         let result = hog.await.unwrap();
         if result["code"] == "runtime_unavailable" {
-            assert!(result["error"].as_str().unwrap().contains("maxLiveVmsPerSession"), "{result}");
+            assert!(
+                result["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("maxLiveVmsPerSession"),
+                "{result}"
+            );
             refused += 1;
         }
     }
@@ -294,17 +377,28 @@ async fn suspended_runs_are_bounded_in_bytes() {
         max_store_bytes_per_scope: 1 << 20,
         ..RuntimeOptions::default()
     };
-    let runtime = runtime_with("{tools:{codeMode:{enabled:true, timeoutMs: 2000}}}", options);
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 2000}}}",
+        options,
+    );
     let s = session(&runtime, Vec::new(), Scripted::default());
     let mut last = Value::Null;
     for _ in 0..50 {
-        last = exec(&s, "globalThis.keep = 'k'.repeat(300000) + Math.random(); await yield_control(); return 1").await;
+        last = exec(
+            &s,
+            "globalThis.keep = 'k'.repeat(300000) + Math.random(); await yield_control(); return 1",
+        )
+        .await;
         if last["status"] == "failed" {
             break;
         }
     }
     assert_failed(&last, Some("snapshot_limit_exceeded"), "per-session share");
-    assert!(runtime.suspended_bytes() <= 1 << 20, "{}", runtime.suspended_bytes());
+    assert!(
+        runtime.suspended_bytes() <= 1 << 20,
+        "{}",
+        runtime.suspended_bytes()
+    );
 }
 
 #[tokio::test]
@@ -323,7 +417,10 @@ async fn expired_runs_release_their_snapshot_and_calls_on_a_timer() {
     // No store access: only the timer can release it.
     let deadline = Instant::now() + Duration::from_secs(5);
     while executor.cancelled.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "the expired run's call was never cancelled");
+        assert!(
+            Instant::now() < deadline,
+            "the expired run's call was never cancelled"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(runtime.suspended_bytes(), 0);
@@ -341,7 +438,11 @@ async fn cancelling_a_call_stops_a_busy_cell_within_milliseconds() {
     let canceller = s.canceller();
     let busy = {
         let s = Arc::clone(&s);
-        tokio::spawn(async move { s.exec_call("call-busy", &json!({ "code": "for (;;) {}" })).await.to_json() })
+        tokio::spawn(async move {
+            s.exec_call("call-busy", &json!({ "code": "for (;;) {}" }))
+                .await
+                .to_json()
+        })
     };
     while runtime.live_vms() == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -351,7 +452,11 @@ async fn cancelling_a_call_stops_a_busy_cell_within_milliseconds() {
     assert!(canceller.cancel_call("call-busy"));
     let result = busy.await.unwrap();
     assert_eq!(result["code"], "aborted", "{result}");
-    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
     // The session goes on.
     assert_eq!(exec(&s, "return 3").await["value"], 3);
 }
@@ -375,17 +480,28 @@ async fn abort_stops_a_loop_of_instant_calls_and_starts_no_more() {
     s.abort();
     let result = looping.await.unwrap();
     assert_eq!(result["code"], "aborted", "{result}");
-    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
     let after = executor.call_count();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(executor.call_count(), after, "a nested call started after abort");
+    assert_eq!(
+        executor.call_count(),
+        after,
+        "a nested call started after abort"
+    );
 }
 
 #[tokio::test]
 async fn a_cancelled_call_that_has_not_started_never_runs() {
     let s = session(shared(), Vec::new(), Scripted::default());
     s.canceller().cancel_call("early");
-    let result = s.exec_call("early", &json!({ "code": "return 1" })).await.to_json();
+    let result = s
+        .exec_call("early", &json!({ "code": "return 1" }))
+        .await
+        .to_json();
     assert_eq!(result["code"], "aborted", "{result}");
     assert_eq!(exec(&s, "return 1").await["value"], 1);
 }
@@ -397,6 +513,10 @@ async fn async_recursion_that_exhausts_memory_is_a_memory_failure() {
         RuntimeOptions::default(),
     );
     let s = session(&runtime, Vec::new(), Scripted::default());
-    let result = exec(&s, "async function f(n) { await null; return [n, await f(n + 1)]; } return await f(0)").await;
+    let result = exec(
+        &s,
+        "async function f(n) { await null; return [n, await f(n + 1)]; } return await f(0)",
+    )
+    .await;
     assert_eq!(result["code"], "memory_limit_exceeded", "{result}");
 }

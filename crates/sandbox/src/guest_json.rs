@@ -53,11 +53,7 @@ pub fn bounded_text(text: String, max: usize) -> String {
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!(
-        "{}… [truncated: {} bytes in all]",
-        &text[..cut],
-        text.len()
-    )
+    format!("{}… [truncated: {} bytes in all]", &text[..cut], text.len())
 }
 
 fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
@@ -143,9 +139,18 @@ mod tests {
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         let e = parse_guest_json(deep.as_bytes()).unwrap_err();
         assert!(e.0.contains("deeper than 100"), "{e}");
-        let ok = format!("{}{}", "[".repeat(MAX_JSON_DEPTH + 1), "]".repeat(MAX_JSON_DEPTH + 1));
+        let ok = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH + 1),
+            "]".repeat(MAX_JSON_DEPTH + 1)
+        );
         assert!(parse_guest_json(ok.as_bytes()).is_ok());
-        assert!(parse_guest_json(b"{nope").unwrap_err().0.contains("not JSON"));
+        assert!(
+            parse_guest_json(b"{nope")
+                .unwrap_err()
+                .0
+                .contains("not JSON")
+        );
     }
 
     proptest! {

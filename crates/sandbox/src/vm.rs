@@ -206,7 +206,9 @@ impl Vm {
         });
         let instance = inner.pre.instantiate(&mut store).map_err(|e| {
             let text = format!("{e:#}");
-            if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
+            if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some()
+            {
                 SandboxError::PoolExhausted {
                     limit: inner.config.max_live_vms,
                 }

@@ -13,8 +13,7 @@ use oxc_ast::ast::{
     ExportDefaultDeclaration, ExportFromDeclaration, ExportNamedDeclaration, Expression,
     IdentifierReference, ImportDeclaration, ImportDeclarationSpecifier, ImportExpression,
     ImportMeta, ImportOrExportKind, Program, TSExportAssignment, TSImportEqualsDeclaration,
-    TSModuleBlock,
-    UnaryExpression, UnaryOperator,
+    TSModuleBlock, UnaryExpression, UnaryOperator,
 };
 use oxc_ast_visit::{Visit, walk};
 use oxc_parser::{ParseOptions, Parser};
