@@ -270,7 +270,12 @@ impl Upstream {
 
     async fn refresh_tools(&self, connection: &Connection) {
         let limit = self.config.call_timeout;
-        let listed = match tokio::time::timeout(limit, list_tools(&connection.peer)).await {
+        let listed = match tokio::time::timeout(
+            limit,
+            list_tools(&self.config.name, &connection.peer),
+        )
+        .await
+        {
             Ok(listed) => listed,
             Err(_) => {
                 warn!(server = %self.config.name, timeout_ms = limit.as_millis() as u64, "re-listing tools timed out; keeping the last list");
@@ -391,7 +396,7 @@ impl Upstream {
             )
         });
         let (resources, prompts, instructions) = capabilities.unwrap_or((false, false, None));
-        let tools = list_tools(&peer)
+        let tools = list_tools(name, &peer)
             .await
             .map_err(|e| fail("tools/list failed", &e))?;
         let connection = Arc::new(Connection {
@@ -587,7 +592,10 @@ impl Upstream {
 /// All pages of the server's tools. A tool the SDK cannot read (an
 /// `inputSchema` that is missing, `null`, an array, ...) is left out with a
 /// warning; the server and its other tools stay.
-async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, rmcp::ServiceError> {
+async fn list_tools(
+    server: &str,
+    peer: &Peer<RoleClient>,
+) -> Result<Vec<Tool>, rmcp::ServiceError> {
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
     // A server that pages forever is cut off: 1,000 pages is plenty.
@@ -601,7 +609,7 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, rmcp::ServiceE
             ServerResult::ListToolsResult(page) => (page.tools, page.next_cursor),
             // One bad tool makes the typed result unreadable, and the SDK
             // hands over the raw JSON: read it tool by tool.
-            ServerResult::CustomResult(raw) => tools_one_by_one(&peer_name(peer), raw.0),
+            ServerResult::CustomResult(raw) => tools_one_by_one(server, raw.0),
             _ => return Err(rmcp::ServiceError::UnexpectedResponse),
         };
         tools.extend(page);
@@ -611,12 +619,6 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, rmcp::ServiceE
         }
     }
     Ok(tools)
-}
-
-fn peer_name(peer: &Peer<RoleClient>) -> String {
-    peer.peer_info()
-        .map(|info| info.server_info.name.clone())
-        .unwrap_or_default()
 }
 
 /// The readable tools of a raw `tools/list` page and its next cursor.

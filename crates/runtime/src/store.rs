@@ -175,7 +175,7 @@ impl RunStore {
     /// Drops expired snapshots (cancelling their calls), remembering their
     /// ids so that a late `wait` says "expired" rather than "unknown".
     #[must_use = "expired runs must be dropped outside the store's lock"]
-    fn sweep(runs: &mut HashMap<String, Slot>, now: Instant) -> Vec<Box<SuspendedRun>> {
+    fn sweep(runs: &mut HashMap<String, Slot>, now: Instant) -> Vec<SuspendedRun> {
         let mut expired = Vec::new();
         for (id, slot) in runs.iter_mut() {
             if let Slot::Waiting(run) = slot
@@ -190,7 +190,7 @@ impl RunStore {
                     "suspended run expired (snapshotTtlSeconds): snapshot discarded, nested calls cancelled"
                 );
                 if let Slot::Waiting(run) = std::mem::replace(slot, Slot::Expired) {
-                    expired.push(run);
+                    expired.push(*run);
                 }
             }
         }
