@@ -92,6 +92,9 @@ pub struct McpServerConfig {
     /// Limit of connecting and listing at start (`startupTimeoutMs`,
     /// default 30 s).
     pub startup_timeout: Duration,
+    /// What the server is for, as the operator wrote it (`description`):
+    /// shown to the model in place of the server's own `instructions`.
+    pub description: Option<String>,
 }
 
 /// A whole gateway config.
@@ -421,9 +424,7 @@ fn parse_server(
     let url = fields.string("url");
     let call_timeout = fields.millis("timeoutMs", DEFAULT_CALL_TIMEOUT_MS);
     let startup_timeout = fields.millis("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS);
-    if object.contains_key("description") && !object["description"].is_string() {
-        fields.fail("description", "expected a string");
-    }
+    let description = fields.string("description");
     let wants_http = match kind.as_deref() {
         None => url.is_some() && command.is_none(),
         Some("stdio") => false,
@@ -507,6 +508,7 @@ fn parse_server(
         transport,
         call_timeout,
         startup_timeout,
+        description,
     })
 }
 

@@ -152,6 +152,11 @@ impl Upstream {
         &self.config.name
     }
 
+    /// The config's `description` of the server, if any.
+    pub fn description(&self) -> Option<&str> {
+        self.config.description.as_deref()
+    }
+
     /// Waits until the first connection attempt has ended (or `limit`).
     /// Later restarts are not waited for: a new session or a `tools/list`
     /// must not stall behind one server's slow restart.

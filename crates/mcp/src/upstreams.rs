@@ -107,9 +107,10 @@ impl Upstreams {
             let mut info = McpServerInfo::new(server.name())
                 .with_resources(snapshot.resources)
                 .with_prompts(snapshot.prompts);
-            if let Some(text) = snapshot
-                .instructions
-                .as_deref()
+            // The operator's `description` wins over the server's own words.
+            if let Some(text) = server
+                .description()
+                .or(snapshot.instructions.as_deref())
                 .map(str::trim)
                 .filter(|t| !t.is_empty())
             {

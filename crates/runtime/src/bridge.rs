@@ -604,11 +604,63 @@ fn api_read(state: &RunState, params: &Map<String, Value>) -> Settlement {
         }
         Err(refused) => return refused,
     };
-    match state.catalog.api_files().read(path) {
-        Ok(text) => Settlement::Resolve(Value::String(text.to_owned())),
+    let files = state.catalog.api_files();
+    let text = match files.read(path) {
+        Ok(text) => text,
+        Err(e) => return bad_request(e.to_string()),
+    };
+    let (offset, length) = match params.get("options") {
+        None | Some(Value::Null) => {
+            if text.len() > MAX_API_READ_BYTES {
+                return bad_request(format!(
+                    "API.read: \"{path}\" is {} bytes, more than one read returns ({MAX_API_READ_BYTES}); read it in pieces with API.read(path, {{ offset, length }}) (length at most {MAX_API_READ_BYTES}), or one tool's types with MCP.<server>.$api(\"tool\")",
+                    text.len()
+                ));
+            }
+            return Settlement::Resolve(Value::String(text.to_owned()));
+        }
+        Some(Value::Object(options)) => {
+            if let Some(key) = options
+                .keys()
+                .find(|k| !matches!(k.as_str(), "offset" | "length"))
+            {
+                return bad_request(format!(
+                    "API.read: unknown option `{key}`; the options are `offset` and `length` (bytes)"
+                ));
+            }
+            let number = |key: &str, default: u64| match options.get(key) {
+                None | Some(Value::Null) => Some(default),
+                Some(v) => v.as_u64(),
+            };
+            match (
+                number("offset", 0),
+                number("length", MAX_API_READ_BYTES as u64),
+            ) {
+                (Some(offset), Some(length)) if length <= MAX_API_READ_BYTES as u64 => {
+                    (offset as usize, length as usize)
+                }
+                _ => {
+                    return bad_request(format!(
+                        "API.read: options.offset must be a byte offset (an integer from 0) and options.length an integer from 0 to {MAX_API_READ_BYTES}"
+                    ));
+                }
+            }
+        }
+        Some(_) => {
+            return bad_request(
+                "API.read(path, options?): options must be an object like { offset: 0, length: 65536 }".into(),
+            );
+        }
+    };
+    match files.read_range(path, offset, length) {
+        Ok(piece) => Settlement::Resolve(Value::String(piece.to_owned())),
         Err(e) => bad_request(e.to_string()),
     }
 }
+
+/// The most one `API.read` returns: larger files are read in pieces (a
+/// whole 11 MB declaration file would fill a cell's heap).
+pub(crate) const MAX_API_READ_BYTES: usize = 256 * 1024;
 
 #[cfg(test)]
 mod tests {

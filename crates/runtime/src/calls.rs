@@ -231,7 +231,9 @@ fn event(
 ) -> TrajectoryEvent {
     let (status, error, result_bytes) = match outcome {
         Ok(value) => ("ok", None, json_len(value)),
-        Err(e) => ("error", Some(e.message.clone()), 0),
+        // Tool messages are the executor's text: bounded, and only the
+        // first line (stack traces and dumps stay out of the trajectory).
+        Err(e) => ("error", Some(trajectory_error(&e.message)), 0),
     };
     TrajectoryEvent::NestedToolCall {
         parent_call_id: info.parent_call_id.clone(),
@@ -261,4 +263,12 @@ impl Future for CatchPanic {
             ))),
         }
     }
+}
+
+/// The longest tool error kept in a trajectory record.
+const MAX_TRAJECTORY_ERROR_BYTES: usize = 512;
+
+fn trajectory_error(message: &str) -> String {
+    let first_line = message.lines().next().unwrap_or("");
+    codemode_sandbox::bounded_text(first_line.to_owned(), MAX_TRAJECTORY_ERROR_BYTES)
 }

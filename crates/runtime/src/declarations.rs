@@ -16,6 +16,35 @@ use crate::mcp::{McpNamespace, McpServerView, McpToolView};
 
 /// Nesting beyond this renders as `unknown` (hostile or huge schemas).
 const MAX_DEPTH: usize = 8;
+/// Schema nodes one tool's input type may expand to (each `$ref` expands
+/// again, so a small schema can fan out exponentially).
+const MAX_TYPE_NODES: usize = 5_000;
+
+thread_local! {
+    /// Nodes left for the type being rendered on this thread.
+    static NODE_BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+fn take_node(budget: &std::cell::Cell<Option<usize>>) -> bool {
+    match budget.get() {
+        // Outside `with_node_budget` (tests of `ts_type` alone): no budget.
+        None => true,
+        Some(0) => false,
+        Some(n) => {
+            budget.set(Some(n - 1));
+            true
+        }
+    }
+}
+
+/// Runs `render` with a fresh budget of [`MAX_TYPE_NODES`]; `None` when it
+/// ran out (the partial text is then not used).
+fn with_node_budget(render: impl FnOnce() -> String) -> Option<String> {
+    let previous = NODE_BUDGET.with(|b| b.replace(Some(MAX_TYPE_NODES)));
+    let text = render();
+    let exhausted = NODE_BUDGET.with(|b| b.replace(previous)) == Some(0);
+    (!exhausted).then_some(text)
+}
 /// Longest description kept in a doc comment, in characters.
 const MAX_DOC_CHARS: usize = 1200;
 
@@ -125,6 +154,29 @@ impl ApiFiles {
             )));
         }
         Ok(hits)
+    }
+
+    /// Bytes `[offset, offset + length)` of one file (cut back to character
+    /// boundaries), for files too large to read whole.
+    ///
+    /// # Errors
+    /// [`ApiPathError`] for a malformed or unknown path.
+    pub fn read_range(
+        &self,
+        path: &str,
+        offset: usize,
+        length: usize,
+    ) -> Result<&str, ApiPathError> {
+        let text = self.read(path)?;
+        let mut start = offset.min(text.len());
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        let mut end = start.saturating_add(length).min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Ok(&text[start..end])
     }
 
     /// The text of one file.
@@ -335,7 +387,16 @@ fn render_tool(out: &mut String, tool: &McpToolView) {
     // Property descriptions and defaults are doc comments on the input
     // type's keys (no `@param` copies: they would cost the model twice).
     write_doc(out, "  ", &doc);
-    let ty = ts_type(root, root, 1, "  ");
+    let ty = with_node_budget(|| ts_type(root, root, 1, "  "));
+    let ty = match ty {
+        Some(ty) => ty,
+        // Schemas come from upstream servers: one that would expand past
+        // the budget (deep `$ref` fans) becomes a still-valid, open type.
+        None => format!(
+            "Record<string, unknown> /* input type too large to render ({MAX_TYPE_NODES} schema nodes); see MCP.<server>.$api(\"{}\", {{ schema: true }}) */",
+            entry.name.replace("*/", "*\\/")
+        ),
+    };
     let optional = !has_required(root);
     let _ = writeln!(
         out,
@@ -398,7 +459,7 @@ fn property_key(key: &str) -> String {
 /// The TypeScript type of a JSON Schema. `root` resolves local `$ref`s;
 /// `indent` is the indentation of the line the type starts on.
 pub(crate) fn ts_type(schema: &Value, root: &Value, depth: usize, indent: &str) -> String {
-    if depth > MAX_DEPTH {
+    if depth > MAX_DEPTH || !NODE_BUDGET.with(take_node) {
         return "unknown".into();
     }
     let object = match schema {

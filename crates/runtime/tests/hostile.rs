@@ -520,3 +520,75 @@ async fn async_recursion_that_exhausts_memory_is_a_memory_failure() {
     .await;
     assert_eq!(result["code"], "memory_limit_exceeded", "{result}");
 }
+
+/// A server whose schemas fan out through `$ref`s, and enough tools to make
+/// its declaration file larger than one read.
+fn big_mcp_session() -> codemode_runtime::CodeModeSession {
+    let mut defs = serde_json::Map::new();
+    for level in 0..8 {
+        let next = format!("#/$defs/l{}", level + 1);
+        let properties: serde_json::Map<String, Value> = (0..40)
+            .map(|i| (format!("p{i}"), json!({ "$ref": next })))
+            .collect();
+        defs.insert(
+            format!("l{level}"),
+            json!({ "type": "object", "properties": properties }),
+        );
+    }
+    defs.insert("l8".into(), json!({ "type": "string" }));
+    let fan = json!({ "type": "object", "properties": { "root": { "$ref": "#/$defs/l0" } }, "$defs": defs });
+    let mut tools = vec![
+        codemode_runtime::ToolDefinition::new(ToolSource::Mcp, "big", "fan_out")
+            .with_parameters(fan),
+    ];
+    for i in 0..2_000 {
+        tools.push(
+            codemode_runtime::ToolDefinition::new(ToolSource::Mcp, "big", &format!("tool_{i}"))
+                .with_description(&"A tool with a long description. ".repeat(8))
+                .with_parameters(json!({ "type": "object", "properties": { "q": { "type": "string", "description": "what to look for" } }, "required": ["q"] })),
+        );
+    }
+    let catalog = codemode_runtime::Catalog::build_with_mcp_servers(
+        tools,
+        &codemode_runtime::ToolPolicy::default(),
+        &[codemode_runtime::McpServerInfo::new("big")],
+    )
+    .unwrap();
+    let run = format!("run-{}", codemode_sandbox::random_u64());
+    shared().session(
+        common::context("agent", "big", &run),
+        catalog,
+        Arc::new(Scripted::default()),
+    )
+}
+
+#[tokio::test]
+async fn declarations_have_a_budget_and_large_files_are_read_in_pieces() {
+    let s = big_mcp_session();
+    let started = Instant::now();
+    let result = exec(
+        &s,
+        "const files = await API.list('mcp');\n\
+         const big = files.find(f => f.path === 'mcp/big.d.ts');\n\
+         let whole = null; try { await API.read(big.path) } catch (e) { whole = e.message }\n\
+         let text = ''; for (let offset = 0; offset < big.bytes; offset += 200000) text += await API.read(big.path, { offset, length: 200000 });\n\
+         const header = await MCP.big.$api('fan_out');\n\
+         return { bytes: big.bytes, read: text.length, whole, fan: header.declarations.includes('too large to render'), tail: text.slice(-3) }",
+    )
+    .await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let value = &result["value"];
+    assert!(value["bytes"].as_u64().unwrap() > 256 * 1024, "{value}");
+    assert_eq!(value["read"], value["bytes"], "{value}");
+    assert!(
+        value["whole"].as_str().unwrap().contains("in pieces"),
+        "{value}"
+    );
+    assert_eq!(value["fan"], true, "{value}");
+    // 40 properties per level fan out past the budget: the budget ends it.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

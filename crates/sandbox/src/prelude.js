@@ -424,8 +424,11 @@
   api.list = named("list", function (prefix) {
     return hostRequest("api.list", { prefix: prefix === undefined ? null : prefix });
   });
-  api.read = named("read", function (path) {
-    return hostRequest("api.read", { path: path === undefined ? null : path });
+  api.read = named("read", function (path, options) {
+    return hostRequest("api.read", {
+      path: path === undefined ? null : path,
+      options: options === undefined ? null : options,
+    });
   });
   defineGlobal("API", freeze(api));
 
