@@ -1,0 +1,191 @@
+//! `codemode serve` over stdio against hostile input, spoken as raw
+//! JSON-RPC lines (the protocol itself is what is under test): a cell deep
+//! enough to overflow a parser's stack fails alone, a client's
+//! `notifications/cancelled` stops a CPU-busy cell, and end of input stops
+//! running cells instead of waiting for their timeouts.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Gateway {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+}
+
+impl Gateway {
+    /// `codemode serve` with no upstreams and a long cell timeout,
+    /// initialized.
+    fn start() -> Gateway {
+        let config = std::env::temp_dir().join(format!(
+            "codemode-hostile-{}-{}.json5",
+            std::process::id(),
+            codemode_sandbox_nonce()
+        ));
+        std::fs::write(
+            &config,
+            "{ tools: { codeMode: { enabled: true, timeoutMs: 60000 } }, mcpServers: {} }",
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .env("CODEMODE_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("codemode serve starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(value) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(value);
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut gateway = Gateway {
+            child,
+            stdin,
+            lines,
+        };
+        gateway.send(&json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "raw", "version": "1" } }
+        }));
+        let init = gateway.response(0, Duration::from_secs(30));
+        assert!(init["result"]["serverInfo"].is_object(), "{init}");
+        gateway.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        gateway
+    }
+
+    fn send(&mut self, message: &Value) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn exec(&mut self, id: u64, code: &str) {
+        self.send(&json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": "exec", "arguments": { "code": code } }
+        }));
+    }
+
+    /// The response to request `id` (other messages are skipped).
+    fn response(&mut self, id: u64, limit: Duration) -> Value {
+        let until = Instant::now() + limit;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let message = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no response to request {id} within {limit:?}"));
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    /// CPU time the gateway process used so far (user + system).
+    fn cpu_time(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        // SAFETY: sysconf only reads a constant.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Duration::from_millis(ticks * 1000 / per_second)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn codemode_sandbox_nonce() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+fn result_of(response: &Value) -> Value {
+    response["result"]["structuredContent"].clone()
+}
+
+#[test]
+fn a_cell_too_deep_for_a_parser_fails_alone_and_the_gateway_answers_on() {
+    let mut gateway = Gateway::start();
+    let deep = format!("// import\nreturn {}1{}", "[".repeat(1500), "]".repeat(1500));
+    gateway.exec(1, &deep);
+    let failed = result_of(&gateway.response(1, Duration::from_secs(30)));
+    assert_eq!(failed["code"], "invalid_input", "{failed}");
+    let typescript = format!("return {}1{}", "[".repeat(50_000), "]".repeat(50_000));
+    gateway.send(&json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "exec", "arguments": { "code": typescript, "language": "typescript" } }
+    }));
+    let failed = result_of(&gateway.response(2, Duration::from_secs(30)));
+    assert_eq!(failed["code"], "invalid_input", "{failed}");
+    gateway.exec(3, "return 40 + 2");
+    let ok = result_of(&gateway.response(3, Duration::from_secs(30)));
+    assert_eq!(ok["value"], 42, "{ok}");
+}
+
+#[test]
+fn a_cancelled_exec_stops_its_busy_cell() {
+    let mut gateway = Gateway::start();
+    gateway.exec(1, "for (;;) {}");
+    // Let it burn for a moment, then cancel it as MCP clients do.
+    std::thread::sleep(Duration::from_millis(500));
+    gateway.send(&json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": { "requestId": 1, "reason": "the user pressed stop" }
+    }));
+    std::thread::sleep(Duration::from_millis(500));
+    // The gateway still answers, and no longer burns a core.
+    gateway.exec(2, "return 'still here'");
+    let ok = result_of(&gateway.response(2, Duration::from_secs(30)));
+    assert_eq!(ok["value"], "still here", "{ok}");
+    let before = gateway.cpu_time();
+    std::thread::sleep(Duration::from_millis(1000));
+    let burned = gateway.cpu_time().saturating_sub(before);
+    assert!(
+        burned < Duration::from_millis(400),
+        "the cancelled cell still runs: {burned:?} of CPU in 1 s"
+    );
+}
+
+#[test]
+fn end_of_input_stops_running_cells() {
+    let mut gateway = Gateway::start();
+    gateway.exec(1, "for (;;) {}");
+    std::thread::sleep(Duration::from_millis(300));
+    let closed = Instant::now();
+    drop(gateway.stdin.take());
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = gateway.child.try_wait().unwrap() {
+            assert!(status.success() || status.code().is_some(), "{status:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the gateway still runs 10 s after its input closed (the cell's timeout is 60 s)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(closed.elapsed() < Duration::from_secs(10));
+}
