@@ -86,6 +86,14 @@ enum Command {
         /// Remove an upstream tool (by name or id) by policy; repeatable.
         #[arg(long, value_name = "NAME")]
         deny: Vec<String>,
+        /// HTTP: MCP sessions open at once (default 1024); past it a new
+        /// client gets an error naming the limit.
+        #[arg(long, value_name = "N")]
+        max_http_sessions: Option<usize>,
+        /// HTTP: close a session idle this many seconds (default: the
+        /// runs' snapshotTtlSeconds plus 60, at least 360).
+        #[arg(long, value_name = "SECONDS")]
+        http_idle_secs: Option<u64>,
     },
     /// Connect to the configured MCP servers and print the hidden catalog.
     Catalog {
@@ -151,7 +159,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             http,
             allow_hosts,
             deny,
-        } => serve(&config, http, allow_hosts, deny),
+            max_http_sessions,
+            http_idle_secs,
+        } => serve(
+            &config,
+            http,
+            GatewayOptions {
+                policy: ToolPolicy { allow: None, deny },
+                allowed_hosts: allow_hosts,
+                max_http_sessions: max_http_sessions.unwrap_or(0),
+                http_session_idle: http_idle_secs.map(std::time::Duration::from_secs),
+            },
+        ),
         Command::Catalog { config } => catalog(&config),
         Command::CheckConfig { file } => check_config(&file),
     }
@@ -229,18 +248,12 @@ fn print_diagnostics(diagnostics: &[Diagnostic]) {
 fn serve(
     config: &PathBuf,
     http: Option<std::net::SocketAddr>,
-    allow_hosts: Vec<String>,
-    deny: Vec<String>,
+    options: GatewayOptions,
 ) -> Result<ExitCode> {
     let (config, diagnostics) = load_config(Some(config))?;
     print_diagnostics(&diagnostics);
     let tokio = tokio_runtime()?;
     let served = tokio.block_on(async move {
-        let options = GatewayOptions {
-            policy: ToolPolicy { allow: None, deny },
-            allowed_hosts: allow_hosts,
-            ..GatewayOptions::default()
-        };
         let gateway = Gateway::start(config, options)?;
         let stopper = gateway.clone();
         tokio::spawn(async move {

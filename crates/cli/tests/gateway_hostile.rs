@@ -128,7 +128,11 @@ fn result_of(response: &Value) -> Value {
 #[test]
 fn a_cell_too_deep_for_a_parser_fails_alone_and_the_gateway_answers_on() {
     let mut gateway = Gateway::start();
-    let deep = format!("// import\nreturn {}1{}", "[".repeat(1500), "]".repeat(1500));
+    let deep = format!(
+        "// import\nreturn {}1{}",
+        "[".repeat(1500),
+        "]".repeat(1500)
+    );
     gateway.exec(1, &deep);
     let failed = result_of(&gateway.response(1, Duration::from_secs(30)));
     assert_eq!(failed["code"], "invalid_input", "{failed}");
@@ -188,4 +192,82 @@ fn end_of_input_stops_running_cells() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(closed.elapsed() < Duration::from_secs(10));
+}
+
+/// One raw HTTP/1.1 POST of an MCP `initialize`; the status line and body.
+fn http_initialize(addr: &str) -> (String, String) {
+    use std::io::Read;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "raw", "version": "1" } }
+    })
+    .to_string();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response.lines().next().unwrap_or_default().to_owned();
+    (status, response)
+}
+
+#[test]
+fn http_sessions_are_capped_with_an_error_that_names_the_limit() {
+    let config = std::env::temp_dir().join(format!(
+        "codemode-sessions-{}-{}.json5",
+        std::process::id(),
+        codemode_sandbox_nonce()
+    ));
+    std::fs::write(&config, "{ mcpServers: {} }").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args([
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--http",
+            "127.0.0.1:0",
+            "--max-http-sessions",
+            "3",
+        ])
+        .env("CODEMODE_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let addr = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the gateway starts");
+        if let Some(at) = line.find("http://") {
+            let url = &line[at + "http://".len()..];
+            break url.split('/').next().unwrap().to_owned();
+        }
+    };
+    for _ in 0..3 {
+        let (status, response) = http_initialize(&addr);
+        assert!(status.contains("200"), "{response}");
+    }
+    let (status, response) = http_initialize(&addr);
+    assert!(
+        !status.contains("200"),
+        "a fourth session was admitted: {response}"
+    );
+    assert!(response.contains("the limit is 3"), "{response}");
+    let _ = child.kill();
+    let _ = child.wait();
 }
