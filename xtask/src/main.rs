@@ -7,6 +7,11 @@
 //! - `npm`: install the real MCP components the end-to-end tests use
 //!   (`e2e/package-lock.json`: reference MCP servers, the official
 //!   TypeScript MCP client, the TypeScript compiler) from the npm registry.
+//! - `fuzz [SECONDS] [TARGET]`: coverage-guided fuzzing with cargo-fuzz
+//!   (libFuzzer; installs cargo-fuzz if missing) of every target in
+//!   `fuzz/`, each for SECONDS (default 60), from a copy of the kept corpus;
+//!   prints each target's executions and corpus growth. Crashes land in
+//!   `fuzz/artifacts/<target>/`.
 //! - `ci`: the whole test suite, exactly as CI runs it: rebuild the guest from
 //!   source, install the npm components, then format check, clippy (host and
 //!   guest) and all tests against the rebuilt module.
@@ -28,12 +33,18 @@ fn main() -> Result<()> {
         Some("build-guest") => build_guest(),
         Some("ci") => ci(),
         Some("npm") => npm_install(),
+        Some("fuzz") => fuzz(
+            args.get(1).map(String::as_str),
+            args.get(2).map(String::as_str),
+        ),
         Some("guest-hash") => {
             println!("{}", guest_source_hash(&workspace_root())?);
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask build-guest | npm | ci | guest-hash");
+            eprintln!(
+                "usage: cargo xtask build-guest | npm | ci | guest-hash | fuzz [SECONDS] [TARGET]"
+            );
             std::process::exit(2);
         }
     }
@@ -169,5 +180,79 @@ fn build_guest() -> Result<()> {
         "xtask: wrote {} ({size} bytes), source hash {hash}",
         dest.display()
     );
+    Ok(())
+}
+
+/// The fuzz targets (folders of `fuzz/corpus`, bins of `fuzz/Cargo.toml`).
+const FUZZ_TARGETS: &[&str] = &[
+    "source_checks",
+    "bridge_request",
+    "snapshot",
+    "config",
+    "declarations",
+    "guest_json",
+];
+
+fn fuzz(seconds: Option<&str>, only: Option<&str>) -> Result<()> {
+    let root = workspace_root();
+    let seconds: u64 = match seconds {
+        None => 60,
+        Some(s) => s
+            .parse()
+            .with_context(|| format!("SECONDS must be a whole number, got {s:?}"))?,
+    };
+    let fuzz_dir = root.join("fuzz");
+    if Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        run(cargo().args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    // libFuzzer needs nightly flags: the nightly toolchain when there is
+    // one, else the stable compiler told to accept them.
+    let nightly = Command::new("rustup")
+        .args(["run", "nightly", "rustc", "--version"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let targets: Vec<&str> = match only {
+        Some(t) if FUZZ_TARGETS.contains(&t) => vec![t],
+        Some(t) => bail!("unknown fuzz target {t:?}; the targets are {FUZZ_TARGETS:?}"),
+        None => FUZZ_TARGETS.to_vec(),
+    };
+    for target in targets {
+        let kept = fuzz_dir.join("corpus").join(target);
+        let work = fuzz_dir.join("corpus-run").join(target);
+        std::fs::create_dir_all(&work)?;
+        for entry in std::fs::read_dir(&kept)? {
+            let path = entry?.path();
+            if let Some(name) = path.file_name() {
+                std::fs::copy(&path, work.join(name))?;
+            }
+        }
+        let before = std::fs::read_dir(&work)?.count();
+        let mut cmd = Command::new("cargo");
+        if nightly {
+            cmd.arg("+nightly");
+        } else {
+            cmd.env("RUSTC_BOOTSTRAP", "1");
+        }
+        cmd.current_dir(&fuzz_dir)
+            .args(["fuzz", "run", target])
+            .arg(&work)
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .args([
+                "-rss_limit_mb=4096",
+                "-max_len=262144",
+                "-timeout=20",
+                "-print_final_stats=1",
+            ]);
+        run(&mut cmd)?;
+        let after = std::fs::read_dir(&work)?.count();
+        eprintln!("xtask: fuzz {target}: {seconds} s, corpus {before} -> {after} inputs, no crash");
+    }
     Ok(())
 }

@@ -64,6 +64,8 @@ mod catalog;
 mod config;
 mod declarations;
 mod drive;
+#[doc(hidden)]
+pub mod fuzzing;
 mod input;
 mod mcp;
 mod prepare;

@@ -128,6 +128,15 @@ mod tests {
     }
 
     #[test]
+    fn numbers_parse_to_exactly_the_double_the_guest_printed() {
+        // Found by the fuzz smoke: without correctly rounded parsing this
+        // came back one ulp off (…69e27).
+        let v = parse_guest_json(b"[1.2345678901234567e+27]").unwrap();
+        assert_eq!(v[0].as_f64(), Some(1.234_567_890_123_456_7e27));
+        assert_eq!(v.to_string(), "[1.2345678901234567e27]");
+    }
+
+    #[test]
     fn long_text_is_cut_on_a_character_boundary() {
         assert_eq!(bounded_text("short".into(), 10), "short");
         let cut = bounded_text("é".repeat(10), 5);

@@ -1,0 +1,176 @@
+//! Entry points for the fuzz targets in `fuzz/` and their corpus replay in
+//! `crates/fuzz`: the paths guest and network input reach, with the same
+//! wiring as in production. Not a stable API.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::bridge::handle_request;
+use crate::catalog::{Catalog, ToolDefinition, ToolPolicy, ToolSource};
+use crate::config::{CodeModeConfig, Language};
+use crate::drive::{DriveCtx, RunState};
+use crate::input::ExecInput;
+use crate::mcp::McpServerInfo;
+use crate::runtime::CodeModeRuntime;
+use crate::session::{CodeModeSession, McpServerCall, NestedCall, ToolExecutor, ToolFuture};
+
+/// The pre-VM checks exactly as `exec` runs them: the cell to run, or the
+/// refusal message.
+///
+/// # Errors
+/// The refusal's message.
+pub fn prepare(code: &str, typescript: bool) -> Result<String, String> {
+    let input = ExecInput {
+        code: code.to_owned(),
+        language: if typescript {
+            Language::TypeScript
+        } else {
+            Language::JavaScript
+        },
+    };
+    crate::prepare::prepare(&input)
+        .map(|cell| cell.code)
+        .map_err(|refused| refused.message)
+}
+
+/// Ids of everything the executor was asked to run.
+#[derive(Default)]
+struct Recorder {
+    started: Mutex<Vec<String>>,
+}
+
+impl ToolExecutor for Recorder {
+    fn call(&self, call: NestedCall) -> ToolFuture {
+        if let Ok(mut started) = self.started.lock() {
+            started.push(call.tool.id.clone());
+        }
+        Box::pin(async { Ok(json!({ "content": [] })) })
+    }
+
+    fn mcp_request(&self, request: McpServerCall) -> ToolFuture {
+        if let Ok(mut started) = self.started.lock() {
+            started.push(format!("{}:{}", request.server, request.method.as_str()));
+        }
+        Box::pin(async { Ok(json!({ "contents": [] })) })
+    }
+}
+
+/// The bridge with a small catalog (one tool denied by policy), answering
+/// raw guest request bytes.
+pub struct BridgeFuzzer {
+    tokio: tokio::runtime::Runtime,
+    session: CodeModeSession,
+    recorder: Arc<Recorder>,
+}
+
+impl BridgeFuzzer {
+    /// # Panics
+    /// When the sandbox or a tokio runtime cannot start here.
+    #[allow(
+        clippy::expect_used,
+        reason = "a fuzz harness without a runtime is useless"
+    )]
+    pub fn new() -> BridgeFuzzer {
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let runtime = CodeModeRuntime::new(CodeModeConfig {
+            enabled: true,
+            ..CodeModeConfig::default()
+        })
+        .expect("sandbox starts");
+        let schema = json!({
+            "type": "object",
+            "properties": { "a": { "type": "number" }, "b": { "type": "number", "default": 5 } },
+            "required": ["a"]
+        });
+        let catalog = Catalog::build_with_mcp_servers(
+            vec![
+                ToolDefinition::new(ToolSource::Openclaw, "core", "read"),
+                ToolDefinition::new(ToolSource::Plugin, "p", "echo"),
+                ToolDefinition::new(ToolSource::Mcp, "calc", "add").with_parameters(schema),
+                ToolDefinition::new(ToolSource::Mcp, "calc", "secret"),
+            ],
+            &ToolPolicy {
+                allow: None,
+                deny: vec!["mcp:calc:secret".into()],
+            },
+            &[McpServerInfo::new("calc").with_resources(true)],
+        )
+        .expect("catalog");
+        let recorder = Arc::new(Recorder::default());
+        let session = runtime.session(
+            Default::default(),
+            catalog,
+            Arc::clone(&recorder) as Arc<dyn ToolExecutor>,
+        );
+        BridgeFuzzer {
+            tokio,
+            session,
+            recorder,
+        }
+    }
+
+    /// Answers one raw request (as the guest's `codemode.request` bytes).
+    ///
+    /// # Panics
+    /// When a request reached a tool outside the run's catalog (the denied
+    /// one), or was left unanswered without starting a call.
+    pub fn answer(&self, bytes: &[u8]) {
+        let _entered = self.tokio.enter();
+        let ctx = DriveCtx {
+            limits: Default::default(),
+            deadline: Instant::now() + Duration::from_secs(10),
+            handle: self.tokio.handle().clone(),
+            scope: Arc::clone(&self.session.scope),
+            inner: Arc::clone(&self.session.runtime.inner),
+        };
+        let mut state = RunState::new(&self.session, "exec_fuzz", Language::JavaScript);
+        let mut ready = VecDeque::new();
+        let payload = codemode_sandbox::parse_guest_json(bytes);
+        let method = payload
+            .as_ref()
+            .ok()
+            .and_then(|p| p.get("method"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let before = self.recorder.started.lock().map(|s| s.len()).unwrap_or(0);
+        handle_request(
+            &ctx,
+            &mut state,
+            codemode_sandbox::HostRequest { id: 1, payload },
+            &mut ready,
+        );
+        let started = self
+            .recorder
+            .started
+            .lock()
+            .map(|s| s[before.min(s.len())..].to_vec())
+            .unwrap_or_default();
+        for id in &started {
+            assert!(
+                id != "mcp:calc:secret" && !id.starts_with("mcp:calc:secret"),
+                "a denied tool was called: {id}"
+            );
+        }
+        let answered = !ready.is_empty();
+        let in_flight = state.calls.in_flight() > 0 || !started.is_empty();
+        let yielded = method == "yield";
+        assert!(
+            answered || in_flight || yielded,
+            "request {method:?} got no answer"
+        );
+        state.calls.cancel_all();
+    }
+}
+
+impl Default for BridgeFuzzer {
+    fn default() -> Self {
+        BridgeFuzzer::new()
+    }
+}
