@@ -12,6 +12,10 @@
 //!   `fuzz/`, each for SECONDS (default 60), from a copy of the kept corpus;
 //!   prints each target's executions and corpus growth. Crashes land in
 //!   `fuzz/artifacts/<target>/`.
+//! - `soak [SECONDS] [--debug] [--check]`: the HTTP gateway with real
+//!   upstreams under hostile load for SECONDS (default 60; `e2e/soak.mjs`),
+//!   printing latency, errors, peak RSS and leaks as JSON; `--check` fails
+//!   on lost results, failed normal cells or leaked processes.
 //! - `ci`: the whole test suite, exactly as CI runs it: rebuild the guest from
 //!   source, install the npm components, then format check, clippy (host and
 //!   guest) and all tests against the rebuilt module.
@@ -33,6 +37,7 @@ fn main() -> Result<()> {
         Some("build-guest") => build_guest(),
         Some("ci") => ci(),
         Some("npm") => npm_install(),
+        Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(
             args.get(1).map(String::as_str),
             args.get(2).map(String::as_str),
@@ -43,7 +48,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask build-guest | npm | ci | guest-hash | fuzz [SECONDS] [TARGET]"
+                "usage: cargo xtask build-guest | npm | ci | guest-hash | fuzz [SECONDS] [TARGET] | soak [SECONDS] [--debug] [--check]"
             );
             std::process::exit(2);
         }
@@ -255,4 +260,42 @@ fn fuzz(seconds: Option<&str>, only: Option<&str>) -> Result<()> {
         eprintln!("xtask: fuzz {target}: {seconds} s, corpus {before} -> {after} inputs, no crash");
     }
     Ok(())
+}
+
+fn soak(args: &[String]) -> Result<()> {
+    let root = workspace_root();
+    let debug = args.iter().any(|a| a == "--debug");
+    let check = args.iter().any(|a| a == "--check");
+    let seconds = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .unwrap_or("60");
+    if seconds.parse::<u64>().is_err() {
+        bail!("SECONDS must be a whole number, got {seconds:?}");
+    }
+    let mut build = cargo();
+    build
+        .current_dir(&root)
+        .args(["build", "--locked", "-p", "codemode"]);
+    if !debug {
+        build.arg("--release");
+    }
+    run(&mut build)?;
+    if !root.join("e2e/node_modules").exists() {
+        npm_install()?;
+    }
+    let bin = root
+        .join("target")
+        .join(if debug { "debug" } else { "release" })
+        .join("codemode");
+    let mut node = Command::new("node");
+    node.current_dir(root.join("e2e"))
+        .arg("soak.mjs")
+        .arg(seconds)
+        .env("CODEMODE_BIN", &bin);
+    if check {
+        node.arg("--check");
+    }
+    run(&mut node)
 }

@@ -243,6 +243,17 @@ impl Gateway {
     /// Stops serving: sessions end, suspended runs are discarded, upstream
     /// servers are stopped.
     pub fn shutdown(&self) {
+        if !self.shared.shutdown.is_cancelled() {
+            // What was still held when serving ended (the soak checks that
+            // nothing leaks: closed sessions take their runs with them).
+            let held = self.shared.runtime.suspended_runs();
+            info!(
+                suspended_runs = held,
+                live_vms = self.shared.runtime.live_vms(),
+                open_sessions = self.shared.open_sessions.load(Ordering::SeqCst),
+                "suspended runs held at shutdown: {held}"
+            );
+        }
         self.shared.shutdown.cancel();
         self.shared.runtime.shutdown();
         self.shared.upstreams.shutdown();

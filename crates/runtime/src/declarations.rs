@@ -291,7 +291,7 @@ fn render_index(namespace: &McpNamespace) -> String {
          /** One virtual file. */\n\
          type ApiFile = { path: string; bytes: number; description: string };\n\n\
          /** The virtual declaration files. */\n\
-         declare const API: {\n  list(prefix?: string): Promise<ApiFile[]>;\n  read(path: string): Promise<string>;\n};\n\n",
+         declare const API: {\n  list(prefix?: string): Promise<ApiFile[]>;\n  /** Files over 256 KiB are read in pieces: `{ offset, length }` in bytes (length at most 262144). */\n  read(path: string, options?: { offset?: number; length?: number }): Promise<string>;\n};\n\n",
     );
     if namespace.is_empty() {
         out.push_str("/** No MCP server is visible in this run. */\ndeclare namespace MCP {}\n");

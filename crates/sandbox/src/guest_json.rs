@@ -133,7 +133,7 @@ mod tests {
         // came back one ulp off (…69e27).
         let v = parse_guest_json(b"[1.2345678901234567e+27]").unwrap();
         assert_eq!(v[0].as_f64(), Some(1.234_567_890_123_456_7e27));
-        assert_eq!(v.to_string(), "[1.2345678901234567e27]");
+        assert_eq!(v.to_string(), "[1.2345678901234567e+27]");
     }
 
     #[test]

@@ -1,0 +1,220 @@
+// Soak under hostile load: `codemode serve --http` with real upstreams,
+// normal client sessions doing ordinary work while hostile sessions send
+// CPU loops, memory bombs, output floods, describe bombs, deep nesting,
+// huge inputs, VM-slot and run-slot floods, crash an upstream every few
+// seconds, and disconnect mid-exec. Run by `cargo xtask soak`.
+//
+// Usage: CODEMODE_BIN=... node soak.mjs [SECONDS] [--check]
+// Prints one JSON object with the figures; with --check exits 1 when a
+// correctness bound fails (lost results, failed normal cells, leaked
+// processes or runs).
+import { execFileSync } from "node:child_process";
+import { readFileSync, readdirSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { BIN, servers } from "./harness.mjs";
+
+const args = process.argv.slice(2);
+const SECONDS = Number(args.find((a) => /^\d+$/.test(a)) ?? 60);
+const CHECK = args.includes("--check");
+const NORMAL = 32;
+const HOSTILE = 8;
+
+function config() {
+  const dir = mkdtempSync(join(tmpdir(), "codemode-soak-"));
+  const path = join(dir, "gateway.json");
+  writeFileSync(path, JSON.stringify({
+    tools: { codeMode: { enabled: true, timeoutMs: 2000, snapshotTtlSeconds: 20, maxOutputBytes: 65536 } },
+    mcpServers: {
+      everything: { command: process.execPath, args: [servers.everything] },
+      flaky: { command: process.execPath, args: [servers.flaky], timeoutMs: 10000 },
+    },
+  }));
+  return path;
+}
+
+async function startGateway(path) {
+  const child = spawn(BIN, ["serve", "--config", path, "--http", "127.0.0.1:0"], {
+    env: { ...process.env, CODEMODE_LOG: "info" },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let log = "";
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the gateway did not start:\n${log}`)), 60000);
+    child.stderr.on("data", (chunk) => {
+      log += chunk;
+      if (log.length > 1 << 22) log = log.slice(-(1 << 20));
+      const m = /serving MCP at (http:\/\/\S+\/mcp)\n/.exec(log);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+    child.on("exit", (code) => reject(new Error(`the gateway exited with ${code}:\n${log}`)));
+  });
+  const exited = new Promise((resolve) => child.on("exit", resolve));
+  return { child, url, exited, log: () => log };
+}
+
+async function connect(url) {
+  const client = new Client({ name: "codemode-soak", version: "1.0.0" });
+  const transport = new StreamableHTTPClientTransport(new URL(url));
+  await client.connect(transport);
+  return { client, transport };
+}
+
+function resultOf(response) {
+  return JSON.parse(response.content?.[0]?.text ?? "null");
+}
+
+async function execCell(client, code, options) {
+  return resultOf(await client.callTool({ name: "exec", arguments: { code } }, undefined, options));
+}
+
+function percentile(values, p) {
+  if (values.length === 0) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+/** Descendant pids of `pid` (from /proc). */
+function descendants(pid) {
+  const parents = new Map();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      parents.set(Number(entry), ppid);
+    } catch { /* gone */ }
+  }
+  const out = [];
+  const walk = (p) => { for (const [child, parent] of parents) if (parent === p) { out.push(child); walk(child); } };
+  walk(pid);
+  return out;
+}
+
+function peakRssMiB(pid) {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const kb = Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0);
+    return Math.round(kb / 1024);
+  } catch { return null; }
+}
+
+const NORMAL_CELL = `
+  const sum = await MCP.everything.getSum({ a: 20, b: 22 });
+  text("sum " + JSON.stringify(sum.content?.[0]?.text ?? sum));
+  const hits = await tools.search("sum", { limit: 2 }).catch(() => []);
+  return { ok: true, n: hits.length };`;
+
+const HOSTILE_CELLS = [
+  ["cpu", "for (;;) {}"],
+  ["memory", "const a = []; for (;;) a.push('x'.repeat(1 << 20));"],
+  ["output", "for (let i = 0; ; i++) text('y'.repeat(4096));"],
+  ["describe_bomb", "for (;;) await tools.describe('z'.repeat(1000)).catch(() => 0);"],
+  ["deep", "// import\nreturn " + "[".repeat(1500) + "1" + "]".repeat(1500)],
+  ["huge_input", "return await MCP.everything.echo({ message: 'h'.repeat(2 << 20) }).catch(e => e.message.length);"],
+  ["vm_flood", "return await MCP.flaky.slow({ ms: 3000 });"],
+  ["run_flood", "globalThis.keep = 'k'.repeat(200000); await yield_control(); return 1;"],
+  ["crash_upstream", "return await MCP.flaky.crash({}).catch(e => e.code);"],
+];
+
+async function normalWorker(url, until, latencies, failures, lost) {
+  const { client, transport } = await connect(url);
+  while (Date.now() < until) {
+    const started = performance.now();
+    try {
+      const r = await execCell(client, NORMAL_CELL);
+      latencies.push(performance.now() - started);
+      if (r?.status !== "completed") failures[r?.code ?? r?.status ?? "unknown"] = (failures[r?.code ?? r?.status ?? "unknown"] ?? 0) + 1;
+    } catch (e) {
+      lost.push(String(e?.message ?? e));
+    }
+  }
+  await transport.terminateSession().catch(() => {});
+  await client.close();
+}
+
+async function hostileWorker(url, until, index, codes) {
+  let round = 0;
+  while (Date.now() < until) {
+    const { client, transport } = await connect(url);
+    const [name, code] = HOSTILE_CELLS[(index + round) % HOSTILE_CELLS.length];
+    round += 1;
+    const count = name === "vm_flood" || name === "run_flood" ? 24 : 1;
+    const controller = new AbortController();
+    // Every third round disconnects mid-exec.
+    const disconnect = round % 3 === 0;
+    const calls = Array.from({ length: count }, () =>
+      execCell(client, code, { signal: controller.signal, timeout: 30000 })
+        .then((r) => { const k = `${name}:${r?.status === "failed" ? r.code ?? "no_code" : r?.status}`; codes[k] = (codes[k] ?? 0) + 1; })
+        .catch(() => { const k = `${name}:client_gone`; codes[k] = (codes[k] ?? 0) + 1; }));
+    if (disconnect) {
+      await new Promise((r) => setTimeout(r, 300));
+      controller.abort();
+    }
+    await Promise.all(calls);
+    await transport.terminateSession().catch(() => {});
+    await client.close().catch(() => {});
+  }
+}
+
+async function phase(url, seconds, hostile) {
+  const until = Date.now() + seconds * 1000;
+  const latencies = [], failures = {}, lost = [], codes = {};
+  const workers = [];
+  for (let i = 0; i < NORMAL; i++) workers.push(normalWorker(url, until, latencies, failures, lost));
+  if (hostile) for (let i = 0; i < HOSTILE; i++) workers.push(hostileWorker(url, until, i, codes));
+  await Promise.all(workers);
+  return {
+    normalCells: latencies.length,
+    p50Ms: Math.round(percentile(latencies, 50) * 10) / 10,
+    p99Ms: Math.round(percentile(latencies, 99) * 10) / 10,
+    normalFailures: failures,
+    lost: lost.length,
+    lostSamples: lost.slice(0, 3),
+    hostileOutcomes: codes,
+  };
+}
+
+const gateway = await startGateway(config());
+const pid = gateway.child.pid;
+const quiet = Math.max(5, Math.round(SECONDS / 4));
+const unloaded = await phase(gateway.url, quiet, false);
+const loaded = await phase(gateway.url, SECONDS, true);
+// Let in-flight upstream calls finish and crashed upstreams restart.
+await new Promise((r) => setTimeout(r, 3000));
+const childrenWhileServing = descendants(pid).length;
+const peak = peakRssMiB(pid);
+gateway.child.kill("SIGINT");
+await gateway.exited;
+await new Promise((r) => setTimeout(r, 500));
+const leftAfterExit = descendants(pid).length;
+const log = gateway.log();
+const held = /suspended runs held at shutdown: (\d+)/.exec(log);
+const figures = {
+  seconds: SECONDS,
+  normalSessions: NORMAL,
+  hostileSessions: HOSTILE,
+  unloaded,
+  loaded,
+  p99Ratio: unloaded.p99Ms ? Math.round((loaded.p99Ms / unloaded.p99Ms) * 100) / 100 : null,
+  peakRssMiB: peak,
+  upstreamProcessesWhileServing: childrenWhileServing,
+  processesLeftAfterExit: leftAfterExit,
+  suspendedRunsAtShutdown: held ? Number(held[1]) : null,
+};
+console.log(JSON.stringify(figures, null, 2));
+if (CHECK) {
+  const problems = [];
+  if (loaded.lost + unloaded.lost > 0) problems.push(`${loaded.lost + unloaded.lost} results lost`);
+  if (Object.keys(loaded.normalFailures).length + Object.keys(unloaded.normalFailures).length > 0) problems.push("normal cells failed");
+  if (leftAfterExit > 0) problems.push(`${leftAfterExit} processes left after the gateway exited`);
+  if (unloaded.normalCells === 0 || loaded.normalCells === 0) problems.push("no normal cell completed");
+  if (problems.length) {
+    console.error(`soak: ${problems.join("; ")}`);
+    process.exit(1);
+  }
+}
