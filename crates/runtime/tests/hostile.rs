@@ -592,3 +592,54 @@ async fn declarations_have_a_budget_and_large_files_are_read_in_pieces() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_cell_finishing_at_its_deadline_keeps_its_real_status() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 1000}}}",
+        RuntimeOptions::default(),
+    );
+    let s = session(&runtime, Vec::new(), Scripted::default());
+    // Finish a little before, at, and after the deadline: each ends as
+    // completed or timeout, never as an internal error.
+    for margin in [6, 4, 3, 2, 1, 0] {
+        let code = format!(
+            "const end = Date.now() + 1000 - {margin} - 2; while (Date.now() < end) {{}} return 'done'"
+        );
+        let result = exec(&s, &code).await;
+        assert!(
+            result["status"] == "completed" || result["code"] == "timeout",
+            "margin {margin}: {result}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborting_a_session_while_others_end_does_not_deadlock() {
+    let runtime = runtime_with("{tools:{codeMode:{enabled:true}}}", RuntimeOptions::default());
+    let stress = {
+        let runtime = runtime.clone();
+        tokio::task::spawn_blocking(move || {
+            for i in 0..2_000 {
+                let context = common::context("agent", &format!("s{i}"), "r");
+                let s = runtime.session(context, codemode_runtime::Catalog::empty(), Arc::new(Scripted::default()));
+                runtime.abort_session("someone-else");
+                drop(s);
+            }
+        })
+    };
+    let aborts = {
+        let runtime = runtime.clone();
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..2_000 {
+                runtime.abort_session("nobody");
+            }
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(60), async {
+        stress.await.unwrap();
+        aborts.await.unwrap();
+    })
+    .await
+    .expect("abort_session and session drops deadlocked");
+}

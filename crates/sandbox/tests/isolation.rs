@@ -116,3 +116,30 @@ fn set_timeout_free_async_work_is_fine() {
         json!(6)
     );
 }
+
+/// Pool slots are reused: a cell must find nothing of the cells before it —
+/// not their globals, not their output, not the bytes they wrote into
+/// memory (fresh buffers are zero), whichever slot it lands in. Some VMs
+/// are held alive at once so that cells spread over several slots.
+#[test]
+fn nothing_of_a_previous_cell_survives_in_its_pool_slot() {
+    let writer = "globalThis.leak = 'secret'; Object.prototype.leaked = 1; text('private');\n\
+                  const b = new Uint8Array(4 << 20); b.fill(0xab); globalThis.keep = b; return b.length";
+    let reader = "const seen = [typeof globalThis.leak, typeof ({}).leaked, typeof globalThis.keep];\n\
+                  let dirty = 0; for (let round = 0; round < 4; round++) { const b = new Uint8Array(4 << 20);\n\
+                  for (let i = 0; i < b.length; i += 4096) if (b[i] !== 0) dirty++; }\n\
+                  return { seen, dirty }";
+    for round in 0..60 {
+        // Hold a few VMs so the next ones take other slots.
+        let held: Vec<_> = (0..round % 4).map(|_| start("await yield_control(); return 0")).collect();
+        assert_eq!(value(writer), json!(4 << 20));
+        let (step, output) = run(reader);
+        assert_eq!(
+            step,
+            codemode_sandbox::Step::Completed(json!({ "seen": ["undefined", "undefined", "undefined"], "dirty": 0 })),
+            "round {round}"
+        );
+        assert!(output.is_empty(), "round {round}: {output:?}");
+        drop(held);
+    }
+}
