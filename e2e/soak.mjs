@@ -8,7 +8,7 @@
 // Prints one JSON object with the figures; with --check exits 1 when a
 // correctness bound fails (lost results, failed normal cells, leaked
 // processes or runs).
-import { execFileSync } from "node:child_process";
+import { setMaxListeners } from "node:events";
 import { readFileSync, readdirSync } from "node:fs";
 import { spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
@@ -145,6 +145,7 @@ async function hostileWorker(url, until, index, codes) {
     round += 1;
     const count = name === "vm_flood" || name === "run_flood" ? 24 : 1;
     const controller = new AbortController();
+    setMaxListeners(64, controller.signal);
     // Every third round disconnects mid-exec.
     const disconnect = round % 3 === 0;
     const calls = Array.from({ length: count }, () =>

@@ -167,6 +167,9 @@ fn ci() -> Result<()> {
     ]))?;
     run(guest_cargo(&root, "clippy")?.args(["--", "-D", "warnings"]))?;
     run(cargo().current_dir(&root).args(["test", "--locked"]))?;
+    // A short soak of the debug gateway under hostile load; the long one
+    // (release, figures for BENCHMARKS.md) is `cargo xtask soak`.
+    soak(&["10".into(), "--debug".into(), "--check".into()])?;
     Ok(())
 }
 
