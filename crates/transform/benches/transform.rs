@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used, missing_docs, reason = "bench")]
 
 use codemode_transform::{
-    Dialect, check_module_access, looks_like_shell_command, transform_typescript,
+    Dialect, MAX_NESTING_DEPTH, check_cell_body, check_module_access, check_nesting,
+    looks_like_shell_command, transform_typescript,
 };
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 
@@ -68,6 +69,18 @@ fn bench(c: &mut Criterion) {
             })
         },
     );
+    c.bench_function("nesting estimate of the 1 KB JavaScript cell", |b| {
+        b.iter(|| check_nesting(black_box(&js), MAX_NESTING_DEPTH).unwrap())
+    });
+    c.bench_function("one-function-body check of the 1 KB JavaScript cell", |b| {
+        b.iter(|| check_cell_body(black_box(&js)).unwrap())
+    });
+    c.bench_function("one-function-body check of `return 1`", |b| {
+        b.iter(|| check_cell_body(black_box("return 1")).unwrap())
+    });
+    c.bench_function("nesting estimate of the 25 KB TypeScript cell", |b| {
+        b.iter(|| check_nesting(black_box(&ts), MAX_NESTING_DEPTH).unwrap())
+    });
 }
 
 criterion_group!(benches, bench);
