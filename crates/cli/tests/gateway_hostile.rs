@@ -271,3 +271,40 @@ fn http_sessions_are_capped_with_an_error_that_names_the_limit() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn broken_messages_over_stdio_get_an_answer_instead_of_silence() {
+    let mut gateway = Gateway::start();
+    let stdin = gateway.stdin.as_mut().unwrap();
+    // Not JSON, with a visible id.
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":11,"method":"tools/list""#).unwrap();
+    // Nested far too deep.
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{{"name":"exec","arguments":{{"code":{}1{}}}}}}}"#,
+        "[".repeat(300),
+        "]".repeat(300)
+    )
+    .unwrap();
+    // `arguments` that is not an object.
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{{"name":"exec","arguments":[1]}}}}"#
+    )
+    .unwrap();
+    // Larger than any message the gateway reads (16 MiB).
+    let big = "x".repeat(17 << 20);
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":14,"method":"ping","params":{{"pad":"{big}"}}}}"#
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    for (id, code) in [(11, -32700), (12, -32700), (13, -32602), (14, -32600)] {
+        let answer = gateway.response(id, Duration::from_secs(30));
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+    }
+    gateway.exec(15, "return 'fine'");
+    let ok = result_of(&gateway.response(15, Duration::from_secs(30)));
+    assert_eq!(ok["value"], "fine", "{ok}");
+}

@@ -170,7 +170,7 @@ impl Gateway {
     pub async fn serve_stdio(&self) -> Result<(), GatewayError> {
         // The handshake waits on the client: a shutdown must end it too.
         let running = tokio::select! {
-            r = self.session().serve(rmcp::transport::stdio()) => {
+            r = self.session().serve(crate::stdio_guard::guard(tokio::io::stdin(), tokio::io::stdout())) => {
                 r.map_err(|e| GatewayError::Stdio(e.to_string()))?
             }
             _ = self.shared.shutdown.cancelled() => {

@@ -11,6 +11,9 @@
 //! - [`gateway`]: the MCP server any client connects to; its tool list is
 //!   exactly `exec` and `wait`; each client session is its own code-mode
 //!   scope.
+//! - `stdio_guard`: between the stdio client and the SDK: lines the SDK
+//!   would drop silently (garbage, too deep, too large, non-object
+//!   `arguments`) get their JSON-RPC error instead of silence.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,6 +27,7 @@
 
 pub mod config;
 pub mod gateway;
+mod stdio_guard;
 pub mod upstream;
 pub mod upstreams;
 

@@ -616,13 +616,20 @@ async fn a_cell_finishing_at_its_deadline_keeps_its_real_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborting_a_session_while_others_end_does_not_deadlock() {
-    let runtime = runtime_with("{tools:{codeMode:{enabled:true}}}", RuntimeOptions::default());
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true}}}",
+        RuntimeOptions::default(),
+    );
     let stress = {
         let runtime = runtime.clone();
         tokio::task::spawn_blocking(move || {
             for i in 0..2_000 {
                 let context = common::context("agent", &format!("s{i}"), "r");
-                let s = runtime.session(context, codemode_runtime::Catalog::empty(), Arc::new(Scripted::default()));
+                let s = runtime.session(
+                    context,
+                    codemode_runtime::Catalog::empty(),
+                    Arc::new(Scripted::default()),
+                );
                 runtime.abort_session("someone-else");
                 drop(s);
             }

@@ -131,12 +131,16 @@ fn nothing_of_a_previous_cell_survives_in_its_pool_slot() {
                   return { seen, dirty }";
     for round in 0..60 {
         // Hold a few VMs so the next ones take other slots.
-        let held: Vec<_> = (0..round % 4).map(|_| start("await yield_control(); return 0")).collect();
+        let held: Vec<_> = (0..round % 4)
+            .map(|_| start("await yield_control(); return 0"))
+            .collect();
         assert_eq!(value(writer), json!(4 << 20));
         let (step, output) = run(reader);
         assert_eq!(
             step,
-            codemode_sandbox::Step::Completed(json!({ "seen": ["undefined", "undefined", "undefined"], "dirty": 0 })),
+            codemode_sandbox::Step::Completed(
+                json!({ "seen": ["undefined", "undefined", "undefined"], "dirty": 0 })
+            ),
             "round {round}"
         );
         assert!(output.is_empty(), "round {round}: {output:?}");
