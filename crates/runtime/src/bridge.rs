@@ -675,10 +675,8 @@ mod tests {
 
     use super::*;
     use crate::config::{CodeModeConfig, Language};
-    use crate::mcp::McpServerInfo;
     use crate::runtime::CodeModeRuntime;
     use crate::session::{CodeModeSession, ToolExecutor, ToolFuture};
-    use crate::{ToolDefinition, ToolPolicy};
 
     #[derive(Default)]
     struct Recorder {
@@ -719,24 +717,7 @@ mod tests {
             ..CodeModeConfig::default()
         })
         .unwrap();
-        let schema = json!({
-            "type": "object",
-            "properties": { "a": { "type": "number" }, "b": { "type": "number", "default": 5 } },
-            "required": ["a"]
-        });
-        let catalog = Catalog::build_with_mcp_servers(
-            vec![
-                ToolDefinition::new(ToolSource::Openclaw, "core", "read"),
-                ToolDefinition::new(ToolSource::Mcp, "calc", "add").with_parameters(schema),
-                ToolDefinition::new(ToolSource::Mcp, "calc", "secret"),
-            ],
-            &ToolPolicy {
-                allow: None,
-                deny: vec!["mcp:calc:secret".into()],
-            },
-            &[McpServerInfo::new("docs").with_resources(true)],
-        )
-        .unwrap();
+        let catalog = crate::fuzzing::forged_request_catalog();
         let recorder = Arc::new(Recorder::default());
         let session = runtime.session(
             Default::default(),

@@ -36,6 +36,31 @@ pub fn prepare(code: &str, typescript: bool) -> Result<String, String> {
         .map_err(|refused| refused.message)
 }
 
+/// The catalog forged requests are tried against (the bridge's unit tests
+/// use it too): a core tool, an MCP tool with a schema, and an MCP tool the
+/// policy denies, plus a server with resources.
+#[allow(clippy::expect_used, reason = "a fixed, valid catalog")]
+pub(crate) fn forged_request_catalog() -> Catalog {
+    let schema = json!({
+        "type": "object",
+        "properties": { "a": { "type": "number" }, "b": { "type": "number", "default": 5 } },
+        "required": ["a"]
+    });
+    Catalog::build_with_mcp_servers(
+        vec![
+            ToolDefinition::new(ToolSource::Openclaw, "core", "read"),
+            ToolDefinition::new(ToolSource::Mcp, "calc", "add").with_parameters(schema),
+            ToolDefinition::new(ToolSource::Mcp, "calc", "secret"),
+        ],
+        &ToolPolicy {
+            allow: None,
+            deny: vec!["mcp:calc:secret".into()],
+        },
+        &[McpServerInfo::new("docs").with_resources(true)],
+    )
+    .expect("catalog")
+}
+
 /// Ids of everything the executor was asked to run.
 #[derive(Default)]
 struct Recorder {
@@ -83,25 +108,7 @@ impl BridgeFuzzer {
             ..CodeModeConfig::default()
         })
         .expect("sandbox starts");
-        let schema = json!({
-            "type": "object",
-            "properties": { "a": { "type": "number" }, "b": { "type": "number", "default": 5 } },
-            "required": ["a"]
-        });
-        let catalog = Catalog::build_with_mcp_servers(
-            vec![
-                ToolDefinition::new(ToolSource::Openclaw, "core", "read"),
-                ToolDefinition::new(ToolSource::Plugin, "p", "echo"),
-                ToolDefinition::new(ToolSource::Mcp, "calc", "add").with_parameters(schema),
-                ToolDefinition::new(ToolSource::Mcp, "calc", "secret"),
-            ],
-            &ToolPolicy {
-                allow: None,
-                deny: vec!["mcp:calc:secret".into()],
-            },
-            &[McpServerInfo::new("calc").with_resources(true)],
-        )
-        .expect("catalog");
+        let catalog = forged_request_catalog();
         let recorder = Arc::new(Recorder::default());
         let session = runtime.session(
             Default::default(),

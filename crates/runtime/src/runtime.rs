@@ -223,22 +223,25 @@ impl CodeModeRuntime {
     /// drives stop with `aborted`, nested calls are cancelled, snapshots
     /// discarded, and later calls of its sessions fail with `aborted`.
     pub fn abort_session(&self, session: &str) {
-        // Upgrade under the lock, but filter (and so drop the scopes of
-        // other sessions) after it: dropping the last handle of a scope
-        // takes this lock again.
-        let scopes: Vec<Arc<ScopeState>> = self
-            .inner
-            .scopes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
+        let scopes = self.live_scopes();
         for scope in scopes.iter().filter(|s| s.scope.in_session(session)) {
             scope.abort();
         }
         drop(scopes);
         self.inner.store.abort_session(session);
+    }
+
+    /// Every scope with a live session. Upgraded under the lock but used
+    /// (and dropped) after it: dropping the last handle of a scope takes
+    /// this lock again, so filtering inside it could deadlock.
+    fn live_scopes(&self) -> Vec<Arc<ScopeState>> {
+        self.inner
+            .scopes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
     }
 
     /// Live VMs in use now (running execs and waits).
@@ -249,16 +252,8 @@ impl CodeModeRuntime {
     /// Discards every suspended run and cancels their calls (process
     /// shutdown; the in-memory store is not persisted).
     pub fn shutdown(&self) {
-        // Running cells stop now (not at their timeouts); upgrade under the
-        // lock, abort after it (see abort_session).
-        let scopes: Vec<Arc<ScopeState>> = self
-            .inner
-            .scopes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
+        // Running cells stop now, not at their timeouts.
+        let scopes = self.live_scopes();
         for scope in &scopes {
             scope.abort();
         }

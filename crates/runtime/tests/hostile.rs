@@ -216,7 +216,10 @@ async fn host_work_asked_by_the_guest_ends_at_the_deadline() {
     )
     .await;
     let took = started.elapsed();
-    eprintln!("describe burst ended after {took:?} (timeoutMs 1000): {}", result["status"]);
+    eprintln!(
+        "describe burst ended after {took:?} (timeoutMs 1000): {}",
+        result["status"]
+    );
     // It ends at the deadline: suspended with results carried to the next
     // wait, or failed with `timeout` when the host was mid-burst.
     assert!(
