@@ -83,6 +83,10 @@ enum Command {
         /// A host name HTTP clients may use besides loopback; repeatable.
         #[arg(long = "allow-host", value_name = "HOST")]
         allow_hosts: Vec<String>,
+        /// A browser origin (e.g. https://app.example.com) allowed besides
+        /// loopback ones; repeatable. Other Origin headers are refused.
+        #[arg(long = "allow-origin", value_name = "ORIGIN")]
+        allow_origins: Vec<String>,
         /// Remove an upstream tool (by name or id) by policy; repeatable.
         #[arg(long, value_name = "NAME")]
         deny: Vec<String>,
@@ -158,6 +162,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             config,
             http,
             allow_hosts,
+            allow_origins,
             deny,
             max_http_sessions,
             http_idle_secs,
@@ -167,6 +172,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             GatewayOptions {
                 policy: ToolPolicy { allow: None, deny },
                 allowed_hosts: allow_hosts,
+                allowed_origins: allow_origins,
                 max_http_sessions: max_http_sessions.unwrap_or(0),
                 http_session_idle: http_idle_secs.map(std::time::Duration::from_secs),
             },

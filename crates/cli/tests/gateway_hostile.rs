@@ -196,6 +196,10 @@ fn end_of_input_stops_running_cells() {
 
 /// One raw HTTP/1.1 POST of an MCP `initialize`; the status line and body.
 fn http_initialize(addr: &str) -> (String, String) {
+    http_initialize_from(addr, None)
+}
+
+fn http_initialize_from(addr: &str, origin: Option<&str>) -> (String, String) {
     use std::io::Read;
     let body = json!({
         "jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -208,7 +212,8 @@ fn http_initialize(addr: &str) -> (String, String) {
         .unwrap();
     write!(
         stream,
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        origin.map(|o| format!("Origin: {o}\r\n")).unwrap_or_default(),
         body.len()
     )
     .unwrap();
@@ -219,7 +224,7 @@ fn http_initialize(addr: &str) -> (String, String) {
 }
 
 #[test]
-fn http_sessions_are_capped_with_an_error_that_names_the_limit() {
+fn http_sessions_are_capped_and_foreign_origins_refused() {
     let config = std::env::temp_dir().join(format!(
         "codemode-sessions-{}-{}.json5",
         std::process::id(),
@@ -258,7 +263,15 @@ fn http_sessions_are_capped_with_an_error_that_names_the_limit() {
             break url.split('/').next().unwrap().to_owned();
         }
     };
-    for _ in 0..3 {
+    // A page on another site may not drive the gateway from a browser.
+    let (status, response) = http_initialize_from(&addr, Some("http://evil.example"));
+    assert!(
+        status.contains("403"),
+        "a foreign Origin was admitted: {response}"
+    );
+    let (status, response) = http_initialize_from(&addr, Some("http://localhost:5173"));
+    assert!(status.contains("200"), "{response}");
+    for _ in 0..2 {
         let (status, response) = http_initialize(&addr);
         assert!(status.contains("200"), "{response}");
     }

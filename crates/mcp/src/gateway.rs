@@ -64,6 +64,12 @@ pub struct GatewayOptions {
     /// Host names an HTTP client may use besides loopback (the `Host`
     /// header check against DNS rebinding).
     pub allowed_hosts: Vec<String>,
+    /// Browser origins (`https://app.example.com`, `http://host:*`) allowed
+    /// to call the HTTP endpoint besides loopback ones. Requests with any
+    /// other `Origin` header are refused (DNS-rebinding and cross-site
+    /// protection, as the MCP transport guidance asks); requests without
+    /// one (non-browser clients) pass.
+    pub allowed_origins: Vec<String>,
     /// MCP client sessions open at once over HTTP (0 = the default, 1,024);
     /// a client past it gets an error naming the limit.
     pub max_http_sessions: usize,
@@ -79,6 +85,7 @@ struct Shared {
     runtime: CodeModeRuntime,
     upstreams: Arc<Upstreams>,
     allowed_hosts: Vec<String>,
+    allowed_origins: Vec<String>,
     max_http_sessions: usize,
     http_session_idle: Option<std::time::Duration>,
     sessions: AtomicU64,
@@ -116,6 +123,7 @@ impl Gateway {
                 runtime,
                 upstreams,
                 allowed_hosts: options.allowed_hosts,
+                allowed_origins: options.allowed_origins,
                 max_http_sessions: match options.max_http_sessions {
                     0 => DEFAULT_MAX_HTTP_SESSIONS,
                     n => n,
@@ -214,6 +222,12 @@ impl Gateway {
                 .http_session_idle
                 .unwrap_or(std::time::Duration::from_secs(ttl.max(300) + 60)),
         );
+        let mut origins: Vec<String> =
+            ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
+                .into_iter()
+                .map(String::from)
+                .collect();
+        origins.extend(self.shared.allowed_origins.iter().cloned());
         let max_sessions = self.shared.max_http_sessions;
         let service = StreamableHttpService::new(
             move || {
@@ -229,6 +243,8 @@ impl Gateway {
             Arc::new(sessions),
             StreamableHttpServerConfig::default()
                 .with_allowed_hosts(hosts)
+                .with_allowed_origins(origins)
+                .enforce_origin_validation()
                 .with_cancellation_token(ct.child_token()),
         );
         let app = axum::Router::new().nest_service("/mcp", service);
