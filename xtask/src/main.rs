@@ -278,11 +278,16 @@ fn soak(args: &[String]) -> Result<()> {
         bail!("SECONDS must be a whole number, got {seconds:?}");
     }
     let mut build = cargo();
-    build
-        .current_dir(&root)
-        .args(["build", "--locked", "-p", "codemode"]);
-    if !debug {
-        build.arg("--release");
+    if debug {
+        // The debug binary exactly as `cargo test` builds it (same feature
+        // set, so after the test suite this rebuilds nothing).
+        build
+            .current_dir(&root)
+            .args(["test", "--locked", "--no-run"]);
+    } else {
+        build
+            .current_dir(&root)
+            .args(["build", "--locked", "--release", "-p", "codemode"]);
     }
     run(&mut build)?;
     if !root.join("e2e/node_modules").exists() {
