@@ -156,6 +156,26 @@ for (const transport of ["stdio", "http"]) {
       assert.notEqual(after.value, before.value, "a new server process answers");
     });
 
+    test("a reply the gateway cannot use fails its call at once, with the reason", async () => {
+      // flaky's timeoutMs is 20 s and the cell's 1.5 s: a call that waited
+      // for its timeout would leave the run waiting, not completed.
+      const r = await exec(client, `
+        const out = {};
+        for (const kind of ["huge", "deep", "nan", "wrongId"]) {
+          try { await MCP.flaky.badReply({ kind }); out[kind] = "answered"; } catch (e) { out[kind] = e.message; }
+        }
+        out.after = (await MCP.flaky.pid()).content[0].text;
+        return out;
+      `);
+      assert.equal(r.status, "completed", JSON.stringify(r).slice(0, 2000));
+      assert.match(r.value.huge, /larger than 16777216 bytes/);
+      assert.match(r.value.deep, /not valid JSON-RPC \(recursion limit exceeded/);
+      assert.match(r.value.nan, /not valid JSON-RPC/);
+      assert.match(r.value.wrongId, /with id \d+, which matches no request/);
+      for (const kind of ["huge", "deep", "nan", "wrongId"]) assert.match(r.value[kind], /MCP server `flaky`/);
+      assert.match(r.value.after, /^\d+$/, "the server keeps answering");
+    });
+
     if (transport === "stdio") {
       test("a hung upstream times out its call and is restarted", async () => {
         const before = await exec(client, `return (await MCP.hangs.pid()).content[0].text`);
@@ -197,7 +217,7 @@ for (const transport of ["stdio", "http"]) {
         for (let i = 0; i < 40 && notified === 0; i++) await new Promise((r) => setTimeout(r, 50));
         assert.ok(notified >= 1, "the gateway sent notifications/tools/list_changed");
         const { tools } = await client.listTools();
-        assert.match(tools.find((t) => t.name === "exec").description, /flaky \(6 tools\)/);
+        assert.match(tools.find((t) => t.name === "exec").description, /flaky \(7 tools\)/);
       });
 
       test("declaration files are valid TypeScript and type real calls", async () => {

@@ -5,6 +5,10 @@
 //   hang()         blocks the event loop forever (no answers, no pings)
 //   pid()          this process's pid (tells a restart apart)
 //   grow()         registers one more tool and sends tools/list_changed
+//   badReply({ kind }) answers on the wire with a reply the gateway cannot
+//                  use ("huge": 17 MiB, "deep": structuredContent 130 levels,
+//                  "nan": a bare NaN, "wrongId": another request's id), then
+//                  the real answer 300 ms later (which must be dropped)
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { z } from "zod";
@@ -38,6 +42,28 @@ server.registerTool("grow", { description: "Adds a tool and announces it with to
   const name = `grown_${grown}`;
   server.registerTool(name, { description: `Tool number ${grown} added at run time` }, async () => text(name));
   return text(name);
+});
+
+server.registerTool("badReply", {
+  description: "Answers with a broken reply on the wire",
+  inputSchema: { kind: z.enum(["huge", "deep", "nan", "wrongId"]) },
+}, async ({ kind }, extra) => {
+  const id = extra.requestId;
+  const idText = JSON.stringify(id);
+  let line;
+  if (kind === "huge") {
+    line = `{"jsonrpc":"2.0","id":${idText},"result":{"content":[{"type":"text","text":"${"x".repeat(17 << 20)}"}]}}`;
+  } else if (kind === "deep") {
+    line = `{"jsonrpc":"2.0","id":${idText},"result":{"content":[],"structuredContent":{"v":${"[".repeat(130)}1${"]".repeat(130)}}}}`;
+  } else if (kind === "nan") {
+    line = `{"jsonrpc":"2.0","id":${idText},"result":NaN}`;
+  } else {
+    const stray = typeof id === "number" ? id + 100000 : `${id}-stray`;
+    line = `{"jsonrpc":"2.0","id":${JSON.stringify(stray)},"result":{"content":[{"type":"text","text":"stray"}]}}`;
+  }
+  process.stdout.write(line + "\n");
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  return text(`late real answer to ${kind}`);
 });
 
 await server.connect(new StdioServerTransport());

@@ -95,6 +95,35 @@ impl Gateway {
     }
 
     /// CPU time the gateway process used so far (user + system).
+    /// Waits until the gateway has burned 100 ms of CPU more (a busy cell
+    /// runs).
+    fn wait_until_burning(&self) {
+        let start = self.cpu_time();
+        let until = Instant::now() + Duration::from_secs(30);
+        while self.cpu_time().saturating_sub(start) < Duration::from_millis(100) {
+            assert!(Instant::now() < until, "the busy cell never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits until the gateway burns under a quarter of a core over a
+    /// 400 ms window; fails after `limit`.
+    fn wait_until_idle(&self, limit: Duration) {
+        let until = Instant::now() + limit;
+        loop {
+            let before = self.cpu_time();
+            std::thread::sleep(Duration::from_millis(400));
+            let burned = self.cpu_time().saturating_sub(before);
+            if burned < Duration::from_millis(100) {
+                return;
+            }
+            assert!(
+                Instant::now() < until,
+                "the cancelled cell still runs: {burned:?} of CPU in the last 400 ms"
+            );
+        }
+    }
+
     fn cpu_time(&self) -> Duration {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
         // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
@@ -152,31 +181,25 @@ fn a_cell_too_deep_for_a_parser_fails_alone_and_the_gateway_answers_on() {
 fn a_cancelled_exec_stops_its_busy_cell() {
     let mut gateway = Gateway::start();
     gateway.exec(1, "for (;;) {}");
-    // Let it burn for a moment, then cancel it as MCP clients do.
-    std::thread::sleep(Duration::from_millis(500));
+    // Once it burns a core, cancel it as MCP clients do.
+    gateway.wait_until_burning();
     gateway.send(&json!({
         "jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": { "requestId": 1, "reason": "the user pressed stop" }
     }));
-    std::thread::sleep(Duration::from_millis(500));
-    // The gateway still answers, and no longer burns a core.
+    // The gateway still answers, and stops burning a core (the cell's own
+    // timeout is 60 s, far past the 10 s this waits).
     gateway.exec(2, "return 'still here'");
     let ok = result_of(&gateway.response(2, Duration::from_secs(30)));
     assert_eq!(ok["value"], "still here", "{ok}");
-    let before = gateway.cpu_time();
-    std::thread::sleep(Duration::from_millis(1000));
-    let burned = gateway.cpu_time().saturating_sub(before);
-    assert!(
-        burned < Duration::from_millis(400),
-        "the cancelled cell still runs: {burned:?} of CPU in 1 s"
-    );
+    gateway.wait_until_idle(Duration::from_secs(10));
 }
 
 #[test]
 fn end_of_input_stops_running_cells() {
     let mut gateway = Gateway::start();
     gateway.exec(1, "for (;;) {}");
-    std::thread::sleep(Duration::from_millis(300));
+    gateway.wait_until_burning();
     let closed = Instant::now();
     drop(gateway.stdin.take());
     let until = Instant::now() + Duration::from_secs(10);
@@ -200,20 +223,28 @@ fn http_initialize(addr: &str) -> (String, String) {
 }
 
 fn http_initialize_from(addr: &str, origin: Option<&str>) -> (String, String) {
-    use std::io::Read;
     let body = json!({
         "jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "raw", "version": "1" } }
     })
     .to_string();
+    let origin = origin
+        .map(|o| format!("Origin: {o}\r\n"))
+        .unwrap_or_default();
+    http_request(addr, "POST", &origin, &body)
+}
+
+/// One raw HTTP/1.1 request to `/mcp` (`headers`: extra `Name: value\r\n`
+/// lines); the status line and the whole response.
+fn http_request(addr: &str, method: &str, headers: &str, body: &str) -> (String, String) {
+    use std::io::Read;
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     write!(
         stream,
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        origin.map(|o| format!("Origin: {o}\r\n")).unwrap_or_default(),
+        "{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -223,10 +254,11 @@ fn http_initialize_from(addr: &str, origin: Option<&str>) -> (String, String) {
     (status, response)
 }
 
-#[test]
-fn http_sessions_are_capped_and_foreign_origins_refused() {
+/// `codemode serve --http 127.0.0.1:0` with no upstreams; the child and
+/// the address it bound.
+fn start_http_gateway(extra: &[&str]) -> (std::process::Child, String) {
     let config = std::env::temp_dir().join(format!(
-        "codemode-sessions-{}-{}.json5",
+        "codemode-http-{}-{}.json5",
         std::process::id(),
         codemode_sandbox_nonce()
     ));
@@ -238,9 +270,8 @@ fn http_sessions_are_capped_and_foreign_origins_refused() {
             config.to_str().unwrap(),
             "--http",
             "127.0.0.1:0",
-            "--max-http-sessions",
-            "3",
         ])
+        .args(extra)
         .env("CODEMODE_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -263,6 +294,12 @@ fn http_sessions_are_capped_and_foreign_origins_refused() {
             break url.split('/').next().unwrap().to_owned();
         }
     };
+    (child, addr)
+}
+
+#[test]
+fn http_sessions_are_capped_and_foreign_origins_refused() {
+    let (mut child, addr) = start_http_gateway(&["--max-http-sessions", "3"]);
     // A page on another site may not drive the gateway from a browser.
     let (status, response) = http_initialize_from(&addr, Some("http://evil.example"));
     assert!(
@@ -281,6 +318,47 @@ fn http_sessions_are_capped_and_foreign_origins_refused() {
         "a fourth session was admitted: {response}"
     );
     assert!(response.contains("the limit is 3"), "{response}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn http_answers_bad_bodies_and_deletes_as_the_transport_spec_says() {
+    let (mut child, addr) = start_http_gateway(&[]);
+    // A JSON body that does not parse is the client's error (400), not a
+    // wrong Content-Type (415); valid JSON of the wrong shape likewise.
+    let (status, response) = http_request(&addr, "POST", "", "{\"jsonrpc\": \"2.0\", \"id\": 1,");
+    assert!(status.contains("400"), "{response}");
+    assert!(response.contains("-32700"), "{response}");
+    let (status, response) = http_request(&addr, "POST", "", "[1, 2]");
+    assert!(status.contains("400"), "{response}");
+    assert!(response.contains("-32600"), "{response}");
+    // DELETE of a session nobody opened: 404, like any request naming it.
+    let (status, response) =
+        http_request(&addr, "DELETE", "Mcp-Session-Id: no-such-session\r\n", "");
+    assert!(status.contains("404"), "{response}");
+    // A real session ends with DELETE; after that its id is unknown.
+    let (status, response) = http_initialize(&addr);
+    assert!(status.contains("200"), "{response}");
+    let session = response
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {response}"));
+    let header = format!("Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: 2025-06-18\r\n");
+    let (status, response) = http_request(&addr, "DELETE", &header, "");
+    assert!(status.starts_with("HTTP/1.1 2"), "{response}");
+    let (status, response) = http_request(&addr, "DELETE", &header, "");
+    assert!(status.contains("404"), "a second DELETE: {response}");
+    let list = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list" }).to_string();
+    let (status, response) = http_request(&addr, "POST", &header, &list);
+    assert!(
+        status.contains("404"),
+        "a request on an ended session: {response}"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }

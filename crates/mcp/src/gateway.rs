@@ -229,6 +229,8 @@ impl Gateway {
                 .collect();
         origins.extend(self.shared.allowed_origins.iter().cloned());
         let max_sessions = self.shared.max_http_sessions;
+        let sessions = Arc::new(sessions);
+        let known_sessions = Arc::clone(&sessions);
         let service = StreamableHttpService::new(
             move || {
                 let open = gateway.shared.open_sessions.load(Ordering::SeqCst);
@@ -240,14 +242,19 @@ impl Gateway {
                 }
                 Ok(gateway.session())
             },
-            Arc::new(sessions),
+            sessions,
             StreamableHttpServerConfig::default()
                 .with_allowed_hosts(hosts)
                 .with_allowed_origins(origins)
                 .enforce_origin_validation()
                 .with_cancellation_token(ct.child_token()),
         );
-        let app = axum::Router::new().nest_service("/mcp", service);
+        let app =
+            axum::Router::new()
+                .nest_service("/mcp", service)
+                .layer(axum::middleware::from_fn(move |request, next| {
+                    http_conformance(Arc::clone(&known_sessions), request, next)
+                }));
         info!(%bound, "serving MCP over streamable HTTP at /mcp");
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { ct.cancelled().await })
@@ -278,6 +285,98 @@ impl Gateway {
 
 /// Session ids only need to be unique and unguessable enough within this
 /// process: std's randomly keyed hasher gives 64 fresh bits.
+/// Where the SDK's HTTP answers differ from the MCP transport spec:
+/// a JSON body that does not parse is a 400 with a JSON-RPC parse error
+/// (the SDK says 415, which tells the client to change its Content-Type),
+/// and a `DELETE` of a session that does not exist (ended, or never
+/// opened) is a 404, as every request naming an unknown session is (the
+/// SDK says 202).
+async fn http_conformance(
+    sessions: Arc<LocalSessionManager>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use rmcp::transport::streamable_http_server::session::SessionManager;
+    let session = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if request.method() == http::Method::DELETE
+        && let Some(id) = &session
+        && !sessions
+            .has_session(&id.as_str().into())
+            .await
+            .unwrap_or(false)
+    {
+        return (
+            http::StatusCode::NOT_FOUND,
+            format!("Not Found: there is no MCP session `{id}` (it ended or never existed)"),
+        )
+            .into_response();
+    }
+    let json_post = request.method() == http::Method::POST
+        && request
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.split(';')
+                    .next()
+                    .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+            });
+    let response = next.run(request).await;
+    if !(json_post && response.status() == http::StatusCode::UNSUPPORTED_MEDIA_TYPE) {
+        return response;
+    }
+    let detail = axum::body::to_bytes(response.into_body(), 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let detail = detail
+        .strip_prefix("fail to deserialize request body ")
+        .unwrap_or(&detail);
+    tracing::warn!(%detail, "HTTP request body is not a JSON-RPC message; answered 400");
+    // serde_json's data errors (valid JSON of the wrong shape) and the
+    // SDK's own message for one start so; anything else is a syntax error.
+    let wrong_shape = [
+        "unrecognized JSON-RPC message",
+        "invalid type",
+        "invalid value",
+        "invalid length",
+        "unknown variant",
+        "unknown field",
+        "missing field",
+        "duplicate field",
+        "data did not match",
+    ]
+    .iter()
+    .any(|p| detail.starts_with(p));
+    let (code, message) = if wrong_shape {
+        (
+            -32600,
+            format!("Invalid Request: the body is JSON but not a JSON-RPC message ({detail})"),
+        )
+    } else {
+        (
+            -32700,
+            format!("Parse error: the body is not JSON ({detail})"),
+        )
+    };
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": code, "message": message },
+    });
+    (
+        http::StatusCode::BAD_REQUEST,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
 fn session_nonce() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     std::collections::hash_map::RandomState::new()

@@ -14,6 +14,9 @@
 //! - `stdio_guard`: between the stdio client and the SDK: lines the SDK
 //!   would drop silently (garbage, too deep, too large, non-object
 //!   `arguments`) get their JSON-RPC error instead of silence.
+//! - `upstream_stdio`: the transport to a stdio upstream; a reply the SDK
+//!   would drop (unreadable, oversized, a stray id) fails its call at once
+//!   with the reason instead of at the upstream timeout.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,6 +32,7 @@ pub mod config;
 pub mod gateway;
 mod stdio_guard;
 pub mod upstream;
+mod upstream_stdio;
 pub mod upstreams;
 
 pub use config::{ConfigProblems, GatewayConfig, McpServerConfig, Secret, Transport, parse_config};

@@ -245,7 +245,7 @@ where
 /// Reads one line into `line` (without the newline), keeping at most
 /// [`MAX_LINE_BYTES`] (+ a little for id recovery): `(ended with a newline,
 /// was longer than the cap)`.
-async fn read_line_capped<R: AsyncRead + Unpin>(
+pub(crate) async fn read_line_capped<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     line: &mut Vec<u8>,
 ) -> std::io::Result<(bool, bool)> {

@@ -19,8 +19,8 @@ use rmcp::model::{
     ReadResourceRequestParams, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{McpServerConfig, Transport};
+use crate::upstream_stdio::GuardedChild;
 
 /// Environment variables a stdio server inherits from the gateway (as the
 /// reference MCP clients do); everything else must be set in `env`.
@@ -345,11 +346,9 @@ impl Upstream {
                 }
                 let mut wrapped = process_wrap::tokio::CommandWrap::from(cmd);
                 wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
-                let (transport, stderr) = TokioChildProcess::builder(wrapped)
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
+                let (transport, stderr, pid) = GuardedChild::spawn(wrapped, name.clone())
                     .map_err(|e| fail(&format!("starting `{command}`"), &e))?;
-                group.0 = transport.id().and_then(|pid| i32::try_from(pid).ok());
+                group.0 = pid.and_then(|pid| i32::try_from(pid).ok());
                 if let Some(stderr) = stderr {
                     let server = name.clone();
                     tokio::spawn(async move {

@@ -1,0 +1,422 @@
+//! The transport to a stdio upstream, with a guard on its replies.
+//!
+//! The SDK's own stdio transport drops a line it cannot decode (over
+//! 16 MiB, nested past `serde_json`'s 128 levels, a bare `NaN`, ...) and a
+//! reply whose id matches no request; the call waiting for it then fails
+//! only at the upstream timeout, as "did not answer". Here the child's
+//! stdout is read and decoded by us, so such a reply fails its call at
+//! once with the real reason:
+//! - a reply that cannot be read fails the request whose id it shows (or,
+//!   without a readable id, the only request in flight);
+//! - a reply to an id nobody asked for fails the only request in flight
+//!   (with several in flight it cannot be attributed, and is logged);
+//! - a late real answer to a request already failed here is dropped.
+//!
+//! Writing (and its framing) stays the SDK's.
+
+use std::collections::{HashSet, VecDeque};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use process_wrap::tokio::{ChildWrapper, CommandWrap};
+use rmcp::RoleClient;
+use rmcp::model::{
+    ErrorCode, ErrorData, JsonRpcError, JsonRpcMessage, JsonRpcVersion2_0, RequestId,
+};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use serde_json::Value;
+use tokio::io::BufReader;
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use crate::stdio_guard::{MAX_LINE_BYTES, read_line_capped, recover_id};
+
+/// How long a closing server gets to exit after its stdin closed.
+const EXIT_GRACE: Duration = Duration::from_secs(3);
+/// Ids of requests failed here whose late answers are still dropped.
+const REMEMBERED_FAILED: usize = 256;
+
+/// The requests sent to the server and not yet answered.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    pending: HashSet<RequestId>,
+    /// Requests this guard failed (oldest first): their real answers, if
+    /// they ever come, are not strays.
+    failed_here: VecDeque<RequestId>,
+}
+
+impl InFlight {
+    fn sent(&mut self, id: RequestId) {
+        self.pending.insert(id);
+    }
+
+    /// Fails `id` here: the message the SDK sees in place of its answer.
+    fn fail(&mut self, id: RequestId, message: String) -> RxJsonRpcMessage<RoleClient> {
+        self.pending.remove(&id);
+        if self.failed_here.len() == REMEMBERED_FAILED {
+            self.failed_here.pop_front();
+        }
+        self.failed_here.push_back(id.clone());
+        JsonRpcMessage::Error(JsonRpcError {
+            jsonrpc: JsonRpcVersion2_0,
+            id: Some(id),
+            error: ErrorData::new(ErrorCode::INTERNAL_ERROR, message, None),
+        })
+    }
+
+    fn only_pending(&self) -> Option<RequestId> {
+        match self.pending.len() {
+            1 => self.pending.iter().next().cloned(),
+            _ => None,
+        }
+    }
+
+    /// What to hand the SDK for one line from the server (`None`: nothing).
+    pub(crate) fn judge(
+        &mut self,
+        server: &str,
+        line: &[u8],
+        oversized: bool,
+    ) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+        if !oversized && line.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let problem = if oversized {
+            format!(
+                "a message larger than {MAX_LINE_BYTES} bytes (the gateway's limit per message)"
+            )
+        } else {
+            match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
+                Ok(message) => return self.received(server, message),
+                Err(e) => {
+                    if is_unknown_notification(line) {
+                        debug!(server, error = %e, "ignoring a notification the SDK cannot read");
+                        return None;
+                    }
+                    format!("a message that is not valid JSON-RPC ({e})")
+                }
+            }
+        };
+        let target = match id_of(&recover_id(line)) {
+            Some(id) if self.pending.contains(&id) => Some(id),
+            Some(_) => None,
+            None => self.only_pending(),
+        };
+        match target {
+            Some(id) => {
+                warn!(server, %problem, "unreadable reply from an MCP server; failing its request");
+                Some(self.fail(id, format!("the server sent {problem}")))
+            }
+            None => {
+                warn!(server, %problem, "unreadable message from an MCP server; no request to attribute it to");
+                None
+            }
+        }
+    }
+
+    fn received(
+        &mut self,
+        server: &str,
+        message: RxJsonRpcMessage<RoleClient>,
+    ) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let id = match &message {
+            JsonRpcMessage::Response(response) => Some(response.id.clone()),
+            JsonRpcMessage::Error(error) => error.id.clone(),
+            // Requests and notifications from the server go to the SDK.
+            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => {
+                return Some(message);
+            }
+        };
+        let Some(id) = id else {
+            // An error without an id answers nothing in particular.
+            return match self.only_pending() {
+                Some(only) => {
+                    let text = match &message {
+                        JsonRpcMessage::Error(e) => e.error.message.to_string(),
+                        _ => String::new(),
+                    };
+                    Some(self.fail(
+                        only,
+                        format!("the server answered with an error without an id: {text}"),
+                    ))
+                }
+                None => Some(message),
+            };
+        };
+        if self.pending.remove(&id) {
+            return Some(message);
+        }
+        if let Some(at) = self.failed_here.iter().position(|f| f == &id) {
+            self.failed_here.remove(at);
+            debug!(server, %id, "dropping a late answer to a request already failed");
+            return None;
+        }
+        match self.only_pending() {
+            Some(only) => {
+                warn!(server, %id, expected = %only, "reply with an id no request has; failing the one request in flight");
+                Some(self.fail(
+                    only.clone(),
+                    format!(
+                        "the server answered request {only} with id {id}, which matches no request"
+                    ),
+                ))
+            }
+            None => {
+                warn!(server, %id, "reply with an id no request has; dropped");
+                None
+            }
+        }
+    }
+}
+
+fn id_of(value: &Value) -> Option<RequestId> {
+    match value {
+        Value::Number(n) => n.as_i64().map(RequestId::Number),
+        Value::String(s) => Some(RequestId::String(s.as_str().into())),
+        _ => None,
+    }
+}
+
+/// A well-formed notification of a kind the SDK does not know (it would
+/// ignore it too).
+fn is_unknown_notification(line: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(line)
+        .is_ok_and(|v| v.get("method").is_some_and(Value::is_string) && v.get("id").is_none())
+}
+
+/// The running child and its guarded transport.
+pub(crate) struct GuardedChild {
+    child: Option<Box<dyn ChildWrapper>>,
+    /// Only its `send` is used: the SDK's framing on the child's stdin.
+    writer: AsyncRwTransport<RoleClient, tokio::io::Empty, ChildStdin>,
+    incoming: mpsc::Receiver<RxJsonRpcMessage<RoleClient>>,
+    in_flight: Arc<Mutex<InFlight>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl GuardedChild {
+    /// Spawns `command` with piped stdio; returns the transport, the
+    /// child's stderr and its pid.
+    pub(crate) fn spawn(
+        mut command: CommandWrap,
+        server: String,
+    ) -> std::io::Result<(GuardedChild, Option<ChildStderr>, Option<u32>)> {
+        command
+            .command_mut()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn()?;
+        let stdin = child
+            .inner_mut()
+            .stdin()
+            .take()
+            .ok_or_else(|| std::io::Error::other("the child has no stdin"))?;
+        let stdout = child
+            .inner_mut()
+            .stdout()
+            .take()
+            .ok_or_else(|| std::io::Error::other("the child has no stdout"))?;
+        let stderr = child.inner_mut().stderr().take();
+        let pid = child.id();
+        let in_flight = Arc::new(Mutex::new(InFlight::default()));
+        let (tx, incoming) = mpsc::channel(64);
+        let reader = tokio::spawn(read_replies(server, stdout, Arc::clone(&in_flight), tx));
+        let transport = GuardedChild {
+            child: Some(child),
+            writer: AsyncRwTransport::new_client(tokio::io::empty(), stdin),
+            incoming,
+            in_flight,
+            reader,
+        };
+        Ok((transport, stderr, pid))
+    }
+}
+
+async fn read_replies(
+    server: String,
+    stdout: ChildStdout,
+    in_flight: Arc<Mutex<InFlight>>,
+    tx: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
+) {
+    let mut reader = BufReader::with_capacity(1 << 16, stdout);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let Ok((complete, oversized)) = read_line_capped(&mut reader, &mut line).await else {
+            break;
+        };
+        if !complete && line.is_empty() && !oversized {
+            break; // the server closed its stdout
+        }
+        let message = in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .judge(&server, &line, oversized);
+        if let Some(message) = message
+            && tx.send(message).await.is_err()
+        {
+            break;
+        }
+        if !complete {
+            break;
+        }
+    }
+}
+
+impl Transport<RoleClient> for GuardedChild {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Request(request) = &item {
+            self.in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .sent(request.id.clone());
+        }
+        self.writer.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        self.incoming.recv().await
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // As the MCP stdio shutdown says: close stdin, give the server a
+        // moment to exit, then kill it.
+        self.writer.close().await?;
+        self.reader.abort();
+        // The child stays in `self` until it is gone, so a cancelled close
+        // still kills it on drop.
+        let Some(child) = self.child.as_mut() else {
+            return Ok(());
+        };
+        let exited = matches!(
+            tokio::time::timeout(EXIT_GRACE, child.wait()).await,
+            Ok(Ok(_))
+        );
+        if !exited {
+            Box::into_pin(child.kill()).await?;
+        }
+        self.child = None;
+        Ok(())
+    }
+}
+
+impl Drop for GuardedChild {
+    fn drop(&mut self) {
+        self.reader.abort();
+        if let Some(mut child) = self.child.take() {
+            // kill() also reaps the child (no zombie); without a runtime
+            // left, at least send the signal.
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn(async move {
+                        let _ = Box::into_pin(child.kill()).await;
+                    });
+                }
+                Err(_) => {
+                    let _ = child.start_kill();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_of(message: Option<RxJsonRpcMessage<RoleClient>>) -> (Option<RequestId>, String) {
+        match message {
+            Some(JsonRpcMessage::Error(e)) => (e.id, e.error.message.to_string()),
+            Some(other) => panic!("expected an error, got {other:?}"),
+            None => panic!("expected an error, got nothing"),
+        }
+    }
+
+    fn in_flight(ids: &[i64]) -> InFlight {
+        let mut f = InFlight::default();
+        for id in ids {
+            f.sent(RequestId::Number(*id));
+        }
+        f
+    }
+
+    #[test]
+    fn good_replies_pass_and_end_their_request() {
+        let mut f = in_flight(&[1, 2]);
+        let line = br#"{"jsonrpc":"2.0","id":2,"result":{}}"#;
+        assert!(matches!(
+            f.judge("s", line, false),
+            Some(JsonRpcMessage::Response(_))
+        ));
+        assert_eq!(f.only_pending(), Some(RequestId::Number(1)));
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+        assert!(matches!(
+            f.judge("s", note, false),
+            Some(JsonRpcMessage::Notification(_))
+        ));
+        assert!(f.judge("s", b"  ", false).is_none());
+    }
+
+    #[test]
+    fn unreadable_replies_fail_their_request_with_the_reason() {
+        let mut f = in_flight(&[1, 2]);
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":2,"result":{{"content":[],"structuredContent":{}1{}}}}}"#,
+            "[".repeat(130),
+            "]".repeat(130)
+        );
+        let (id, message) = error_of(f.judge("s", deep.as_bytes(), false));
+        assert_eq!(id, Some(RequestId::Number(2)));
+        assert!(message.contains("recursion limit"), "{message}");
+        let (id, message) =
+            error_of(f.judge("s", br#"{"jsonrpc":"2.0","id":1,"result":NaN}"#, false));
+        assert_eq!(id, Some(RequestId::Number(1)));
+        assert!(message.contains("not valid JSON-RPC"), "{message}");
+        // Their real answers, arriving late, are dropped.
+        assert!(
+            f.judge("s", br#"{"jsonrpc":"2.0","id":1,"result":{}}"#, false)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn oversized_replies_fail_by_their_id_or_the_only_request() {
+        let mut f = in_flight(&[7]);
+        let (id, message) = error_of(f.judge("s", br#"{"jsonrpc":"2.0","id":7,"result":{"#, true));
+        assert_eq!(id, Some(RequestId::Number(7)));
+        assert!(message.contains("larger than 16777216 bytes"), "{message}");
+        let mut f = in_flight(&[8]);
+        let (id, _) = error_of(f.judge("s", b"xxxxxxxx", true));
+        assert_eq!(id, Some(RequestId::Number(8)));
+        // With two in flight and no readable id nothing can be failed.
+        let mut f = in_flight(&[8, 9]);
+        assert!(f.judge("s", b"garbage", false).is_none());
+        assert_eq!(f.pending.len(), 2);
+    }
+
+    #[test]
+    fn a_stray_id_fails_the_only_request_in_flight() {
+        let mut f = in_flight(&[3]);
+        let (id, message) =
+            error_of(f.judge("s", br#"{"jsonrpc":"2.0","id":1003,"result":{}}"#, false));
+        assert_eq!(id, Some(RequestId::Number(3)));
+        assert!(message.contains("with id 1003"), "{message}");
+        let mut f = in_flight(&[3, 4]);
+        assert!(
+            f.judge("s", br#"{"jsonrpc":"2.0","id":1003,"result":{}}"#, false)
+                .is_none()
+        );
+        assert_eq!(f.pending.len(), 2);
+    }
+}
