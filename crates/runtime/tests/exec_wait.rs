@@ -166,7 +166,12 @@ async fn wait_fails_cleanly_for_unknown_and_expired_runs() {
         .await
         .to_json();
     let run_id = r["runId"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The reaper discards it once its 1 s TTL is over (checked, not slept).
+    let until = Instant::now() + Duration::from_secs(10);
+    while short.suspended_runs() != 0 {
+        assert!(Instant::now() < until, "the run did not expire within 10 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let r = short.wait(&json!({ "runId": run_id })).await.to_json();
     assert_eq!(r["code"], "snapshot_expired", "{r}");
     assert_eq!(short.suspended_runs(), 0);

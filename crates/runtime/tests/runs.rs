@@ -11,7 +11,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use codemode_runtime::{CodeModeRuntime, RuntimeOptions, ToolPolicy, ToolSource};
-use common::{Behaviour, Scripted, context, exec, runtime_with, session, session_in, tool, wait};
+use common::{
+    Behaviour, Scripted, context, eventually, exec, runtime_with, session, session_in, tool, wait,
+};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -216,7 +218,6 @@ async fn wait_refuses_unknown_ids_and_runs_of_another_session_or_run() {
         Scripted::default(),
     );
     g.first.add_permits(1);
-    tokio::time::sleep(Duration::from_millis(20)).await;
     let r = wait(&same, &run_id).await;
     assert_eq!(r["status"], "completed", "{r}");
     drop(owner);
@@ -255,7 +256,6 @@ async fn a_run_resumed_by_one_wait_is_busy_for_another() {
         "the first wait is unaffected: {first}"
     );
     g.first.add_permits(1);
-    tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(wait(&s, &run_id).await["status"], "completed");
 }
 
@@ -272,12 +272,10 @@ async fn abort_cancels_calls_discards_the_snapshot_and_later_calls_fail() {
     assert_eq!(runtime.suspended_runs(), 1);
     s.abort();
     assert_eq!(runtime.suspended_runs(), 0);
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(
-        g.executor.cancelled.load(Ordering::SeqCst),
-        1,
-        "the in-flight call was cancelled"
-    );
+    eventually("the in-flight call is cancelled", || {
+        g.executor.cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
     let r = wait(&s, &r["runId"]).await;
     assert_eq!(r["code"], "aborted", "{r}");
     let r = exec(&s, "return 1").await;
@@ -313,8 +311,10 @@ async fn abort_stops_a_live_exec_and_abort_run_ends_one_run() {
         started.elapsed() < Duration::from_secs(2),
         "abort woke the drive"
     );
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(g.executor.cancelled.load(Ordering::SeqCst), 1);
+    eventually("the in-flight call is cancelled", || {
+        g.executor.cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
 
     let g = gates();
     let s = session(quick(), tools(), g.executor.clone());
@@ -337,17 +337,15 @@ async fn snapshots_expire_after_the_ttl() {
     let s = session(&runtime, tools(), g.executor.clone());
     let r = exec(&s, "return await tools.gated({})").await;
     assert_eq!(r["status"], "waiting");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(runtime.suspended_runs(), 0);
+    // The reaper discards it once its 1 s TTL is over.
+    eventually("the run expires", || runtime.suspended_runs() == 0).await;
     let r = wait(&s, &r["runId"]).await;
     assert_eq!(r["code"], "snapshot_expired", "{r}");
     assert_eq!(r["telemetry"]["snapshotEvents"][0]["event"], "expired");
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(
-        g.executor.cancelled.load(Ordering::SeqCst),
-        1,
-        "expiry cancels the run's calls"
-    );
+    eventually("expiry cancels the run's calls", || {
+        g.executor.cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
 }
 
 /// Suspends `held` runs in `s`, then checks the next one is refused with
@@ -427,8 +425,10 @@ async fn ending_the_run_or_shutting_down_discards_its_runs_and_calls() {
         0,
         "the last session of a scope ends it"
     );
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(g.executor.cancelled.load(Ordering::SeqCst), 1);
+    eventually("the in-flight call is cancelled", || {
+        g.executor.cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
 
     let g = gates();
     let s = session(&runtime, tools(), g.executor.clone());
@@ -438,8 +438,10 @@ async fn ending_the_run_or_shutting_down_discards_its_runs_and_calls() {
     );
     runtime.shutdown();
     assert_eq!(runtime.suspended_runs(), 0);
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(g.executor.cancelled.load(Ordering::SeqCst), 1);
+    eventually("the in-flight call is cancelled", || {
+        g.executor.cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,7 +458,6 @@ async fn telemetry_and_trajectory_record_nested_calls_without_inputs() {
         .to_json();
     assert_eq!(r["status"], "waiting", "{r}");
     g.first.add_permits(1);
-    tokio::time::sleep(Duration::from_millis(20)).await;
     let done = s
         .wait_call("call_10", &json!({ "runId": r["runId"] }))
         .await

@@ -186,3 +186,16 @@ pub async fn exec(session: &CodeModeSession, code: &str) -> Value {
 pub async fn wait(session: &CodeModeSession, run_id: &Value) -> Value {
     session.wait(&json!({ "runId": run_id })).await.to_json()
 }
+
+/// Waits until `condition` holds (checked every 5 ms), failing after 10 s:
+/// tests wait for what they check, not for a fixed time.
+pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out after 10 s waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
