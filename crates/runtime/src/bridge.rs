@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use crate::calls::{CallInfo, Finished, json_len};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
 use crate::drive::{DriveCtx, RunState};
+use crate::guest_api::Method;
 use crate::result::ErrorCode;
 use crate::session::{McpMethod, McpServerCall, NestedCall, ToolFuture};
 
@@ -120,45 +121,45 @@ pub(crate) fn handle_request(
         ));
         return;
     }
-    let reply = match method {
-        "yield" => {
+    let reply = match Method::from_wire(method) {
+        Some(Method::Yield) => {
             state.yields.push(id);
             return;
         }
-        "search" => {
+        Some(Method::Search) => {
             state.info.search_count += 1;
             search(ctx, state, params)
         }
-        "describe" => {
+        Some(Method::Describe) => {
             state.info.describe_count += 1;
             describe(state, params)
         }
-        "call" => match call(ctx, state, id, params) {
+        Some(Method::Call) => match call(ctx, state, id, params) {
             Some(reply) => reply,
             None => return,
         },
-        "mcp.call" => match mcp_call(ctx, state, id, params) {
+        Some(Method::McpCall) => match mcp_call(ctx, state, id, params) {
             Some(reply) => reply,
             None => return,
         },
-        "mcp.request" => match mcp_request(ctx, state, id, params) {
+        Some(Method::McpRequest) => match mcp_request(ctx, state, id, params) {
             Some(reply) => reply,
             None => return,
         },
-        "mcp.api" => {
+        Some(Method::McpApi) => {
             state.info.api_count += 1;
             mcp_api(state, params)
         }
-        "api.list" => {
+        Some(Method::ApiList) => {
             state.info.api_count += 1;
             api_list(state, params)
         }
-        "api.read" => {
+        Some(Method::ApiRead) => {
             state.info.api_count += 1;
             api_read(state, params)
         }
-        other => bad_request(format!(
-            "unknown bridge method `{other}`; the guest API is tools.search, tools.describe, tools.call, MCP.<server>.*, API.list, API.read and yield_control"
+        None => bad_request(format!(
+            "unknown bridge method `{method}`; the guest API is tools.search, tools.describe, tools.call, MCP.<server>.*, API.list, API.read and yield_control"
         )),
     };
     ready.push_back((id, reply));

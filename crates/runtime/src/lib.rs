@@ -66,6 +66,7 @@ mod declarations;
 mod drive;
 #[doc(hidden)]
 pub mod fuzzing;
+mod guest_api;
 mod input;
 mod mcp;
 mod prepare;
@@ -98,6 +99,7 @@ pub fn typescript_transformer_initialised() -> bool {
 
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use declarations::{ApiFile, ApiFiles, ApiPathError};
+pub use guest_api::guest_api;
 pub use input::{ExecInput, InputError, WaitInput};
 pub use mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView, js_identifier};
 pub use result::{
