@@ -12,6 +12,8 @@
 use codemode_sandbox::GuestApi;
 use serde_json::{Value, json};
 
+use crate::session::McpMethod;
+
 /// The guest API's JavaScript (see the file's header).
 const SOURCE: &str = include_str!("guest_api.js");
 
@@ -80,6 +82,64 @@ impl Method {
     }
 }
 
+/// The operation of an `mcp.request` (`MCP.<server>.resources.*` /
+/// `.prompts.*`), as `guest_api.js` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum McpOp {
+    ResourcesList,
+    ResourcesRead,
+    ResourcesTemplates,
+    PromptsList,
+    PromptsGet,
+}
+
+impl McpOp {
+    /// Every operation.
+    pub(crate) const ALL: [McpOp; 5] = [
+        McpOp::ResourcesList,
+        McpOp::ResourcesRead,
+        McpOp::ResourcesTemplates,
+        McpOp::PromptsList,
+        McpOp::PromptsGet,
+    ];
+
+    /// Its name on the wire (the `op` param), also the tail of its
+    /// `MCP.<server>.<op>` label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            McpOp::ResourcesList => "resources.list",
+            McpOp::ResourcesRead => "resources.read",
+            McpOp::ResourcesTemplates => "resources.templates",
+            McpOp::PromptsList => "prompts.list",
+            McpOp::PromptsGet => "prompts.get",
+        }
+    }
+
+    /// The operation named `name`, if there is one.
+    pub(crate) fn from_wire(name: &str) -> Option<McpOp> {
+        McpOp::ALL.into_iter().find(|op| op.as_str() == name)
+    }
+
+    /// The MCP method it asks the server for.
+    pub(crate) fn method(self) -> McpMethod {
+        match self {
+            McpOp::ResourcesList => McpMethod::ResourcesList,
+            McpOp::ResourcesRead => McpMethod::ResourcesRead,
+            McpOp::ResourcesTemplates => McpMethod::ResourceTemplatesList,
+            McpOp::PromptsList => McpMethod::PromptsList,
+            McpOp::PromptsGet => McpMethod::PromptsGet,
+        }
+    }
+
+    /// Whether it is a resources operation (else a prompts one).
+    pub(crate) fn is_resources(self) -> bool {
+        matches!(
+            self,
+            McpOp::ResourcesList | McpOp::ResourcesRead | McpOp::ResourcesTemplates
+        )
+    }
+}
+
 /// The run context of a run without tools.
 pub(crate) const EMPTY_CONTEXT: &str = r#"{"tools":[],"conveniences":[]}"#;
 
@@ -135,6 +195,20 @@ mod tests {
             assert_eq!(Method::from_wire(method.as_str()), Some(method));
         }
         assert_eq!(Method::from_wire("fs.read"), None);
+    }
+
+    #[test]
+    fn the_guest_api_sends_exactly_the_mcp_ops_the_bridge_parses() {
+        let needle = "mcpRequest(serverName, \"";
+        let sent: BTreeSet<&str> = SOURCE
+            .match_indices(needle)
+            .map(|(at, _)| {
+                let rest = &SOURCE[at + needle.len()..];
+                &rest[..rest.find('"').unwrap_or(rest.len())]
+            })
+            .collect();
+        let parsed: BTreeSet<&str> = McpOp::ALL.iter().map(|op| op.as_str()).collect();
+        assert_eq!(sent, parsed, "guest_api.js and guest_api::McpOp disagree");
     }
 
     #[test]

@@ -70,6 +70,7 @@ mod guest_api;
 mod input;
 mod mcp;
 mod prepare;
+mod request;
 mod result;
 mod runtime;
 mod session;
