@@ -15,10 +15,10 @@ use serde_json::{Map, Value};
 
 use crate::calls::{CallInfo, Finished, json_len};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
-use crate::drive::{DriveCtx, RunState};
 use crate::guest_api::{McpOp, Method};
 use crate::request::{BridgeRequest, MAX_API_READ_BYTES, McpApiError, McpInputError, Refusal};
 use crate::result::ErrorCode;
+use crate::run_state::{DriveCtx, RunState};
 use crate::session::{McpServerCall, NestedCall, ToolFuture};
 
 /// The settlement delivering a finished nested call to the guest.

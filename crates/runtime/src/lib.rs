@@ -25,7 +25,7 @@
 //! let executor = |call: NestedCall| -> ToolFuture {
 //!     Box::pin(async move { Ok(json!({ "city": call.input["city"], "tempC": 21 })) })
 //! };
-//! let context = RunContext { session_id: Some("s1".into()), run_id: Some("r1".into()), ..Default::default() };
+//! let context = RunContext { session_id: Some("s1".into()), agent_run_id: Some("r1".into()), ..Default::default() };
 //! let session = runtime.session(context, Catalog::build(tools, &ToolPolicy::default())?, Arc::new(executor));
 //!
 //! // The provider payload holds exactly these two tools.
@@ -63,15 +63,18 @@ mod calls;
 mod catalog;
 mod config;
 mod declarations;
+mod drain;
 mod drive;
 #[doc(hidden)]
 pub mod fuzzing;
 mod guest_api;
 mod input;
 mod mcp;
+mod outcome;
 mod prepare;
 mod request;
 mod result;
+mod run_state;
 mod runtime;
 mod session;
 mod slots;
