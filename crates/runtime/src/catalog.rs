@@ -503,7 +503,8 @@ impl Catalog {
         counts
     }
 
-    /// The JSON text the guest's prelude turns into `ALL_TOOLS` and `tools`.
+    /// The run context (`crate::guest_api::run_context`) the guest API turns
+    /// into `ALL_TOOLS`, `tools` and `MCP`.
     pub(crate) fn guest_context(&self) -> &str {
         &self.guest_context
     }
