@@ -50,7 +50,13 @@ static SANDBOX: LazyLock<Sandbox> = LazyLock::new(|| {
         clippy::expect_used,
         reason = "a fuzz harness without a sandbox is useless"
     )]
-    Sandbox::new(SandboxConfig::default()).expect("sandbox starts")
+    // The product's guest API: the header cell below waits with
+    // `yield_control`, which the sandbox's default (empty) API lacks.
+    Sandbox::new(SandboxConfig {
+        guest_api: codemode_runtime::guest_api(),
+        ..SandboxConfig::default()
+    })
+    .expect("sandbox starts")
 });
 
 /// The header of a real snapshot of this build: structure-aware inputs get

@@ -71,7 +71,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let context = RunContext {
         agent_id: Some("main".into()),
         session_id: Some("session-1".into()),
-        run_id: Some("run-1".into()),
+        agent_run_id: Some("run-1".into()),
         ..RunContext::default()
     };
     let session = runtime.session(context, Catalog::build(tools, &policy)?, Arc::new(MyTools));

@@ -3,8 +3,9 @@
 //! `yield_control`).
 //!
 //! Everything a guest sends is untrusted (a guest can forge any payload):
-//! each request is re-validated here against the run's own catalog and
-//! limits before anything runs, and failures go back as plain rejections.
+//! each request is parsed once into a typed [`BridgeRequest`] (every size
+//! cap checked there), then checked here against the run's own catalog and
+//! limits before anything runs; failures go back as plain rejections.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,9 +15,11 @@ use serde_json::{Map, Value};
 
 use crate::calls::{CallInfo, Finished, json_len};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
-use crate::drive::{DriveCtx, RunState};
+use crate::guest_api::{McpOp, Method};
+use crate::request::{BridgeRequest, MAX_API_READ_BYTES, McpApiError, McpInputError, Refusal};
 use crate::result::ErrorCode;
-use crate::session::{McpMethod, McpServerCall, NestedCall, ToolFuture};
+use crate::run_state::{DriveCtx, RunState};
+use crate::session::{McpServerCall, NestedCall, ToolFuture};
 
 /// The settlement delivering a finished nested call to the guest.
 pub(crate) fn settlement(ctx: &DriveCtx, done: Finished) -> (u32, Settlement) {
@@ -57,30 +60,13 @@ pub(crate) fn outcome_settlement(
     }
 }
 
-/// The longest id, name, query, path or URI a guest request may carry: far
-/// above any real one, and small enough that looking it up (suggestions
-/// included) is cheap whatever the guest sends.
-pub(crate) const MAX_NAME_BYTES: usize = 1024;
-
-/// Params that name something (rather than carry tool input).
-const NAME_FIELDS: &[&str] = &[
-    "id", "name", "query", "path", "uri", "prefix", "server", "tool",
-];
-
-fn oversized_name(params: &Map<String, Value>) -> Option<(&'static str, usize)> {
-    NAME_FIELDS
-        .iter()
-        .find_map(|&field| match params.get(field) {
-            Some(Value::String(s)) if s.len() > MAX_NAME_BYTES => Some((field, s.len())),
-            _ => None,
-        })
-}
-
 fn bad_request(message: String) -> Settlement {
     Settlement::reject(message)
 }
 
-/// Answers one guest request, or starts the nested call it asks for.
+/// Answers one guest request, or starts the nested call it asks for. The
+/// request is parsed (and every cap checked) once, by
+/// [`BridgeRequest::parse`]; the handlers below only consult the run.
 pub(crate) fn handle_request(
     ctx: &DriveCtx,
     state: &mut RunState,
@@ -88,129 +74,59 @@ pub(crate) fn handle_request(
     ready: &mut VecDeque<(u32, Settlement)>,
 ) {
     let HostRequest { id, payload } = request;
-    let payload = match payload {
-        Ok(payload) => payload,
-        Err(e) => {
-            ready.push_back((id, bad_request(format!("bridge request refused: {e}"))));
+    let parsed = BridgeRequest::envelope(payload).and_then(|(method, params)| {
+        // Counted once the method is known, even when its params are
+        // refused: the telemetry counts what the cell asked for.
+        match method {
+            Method::Search => state.info.search_count += 1,
+            Method::Describe => state.info.describe_count += 1,
+            Method::McpApi | Method::ApiList | Method::ApiRead => state.info.api_count += 1,
+            Method::Yield | Method::Call | Method::McpCall | Method::McpRequest => {}
+        }
+        BridgeRequest::parse_params(method, &params, &ctx.inner.config)
+    });
+    let request = match parsed {
+        Ok(request) => request,
+        Err(refused) => {
+            ready.push_back((id, refused.into_settlement()));
             return;
         }
     };
-    let method = payload.get("method").and_then(Value::as_str).unwrap_or("");
-    let empty = Map::new();
-    let params = match payload.get("params") {
-        Some(Value::Object(map)) => map,
-        None | Some(Value::Null) => &empty,
-        Some(_) => {
-            ready.push_back((
-                id,
-                bad_request(format!(
-                    "bridge request `{method}`: params must be an object"
-                )),
-            ));
-            return;
-        }
-    };
-    if let Some((field, bytes)) = oversized_name(params) {
-        ready.push_back((
-            id,
-            bad_request(format!(
-                "bridge request `{}`: `{field}` is {bytes} bytes; ids, names, queries, paths and URIs are at most {MAX_NAME_BYTES} bytes",
-                codemode_sandbox::bounded_text(method.to_owned(), 64)
-            )),
-        ));
-        return;
-    }
-    let reply = match method {
-        "yield" => {
+    let reply = match request {
+        BridgeRequest::Yield => {
             state.yields.push(id);
             return;
         }
-        "search" => {
-            state.info.search_count += 1;
-            search(ctx, state, params)
-        }
-        "describe" => {
-            state.info.describe_count += 1;
-            describe(state, params)
-        }
-        "call" => match call(ctx, state, id, params) {
+        BridgeRequest::Search { query, limit } => search(state, &query, limit),
+        BridgeRequest::Describe { id: tool } => describe(state, &tool),
+        BridgeRequest::Call { id: tool, input } => match call(ctx, state, id, &tool, input) {
             Some(reply) => reply,
             None => return,
         },
-        "mcp.call" => match mcp_call(ctx, state, id, params) {
-            Some(reply) => reply,
-            None => return,
-        },
-        "mcp.request" => match mcp_request(ctx, state, id, params) {
-            Some(reply) => reply,
-            None => return,
-        },
-        "mcp.api" => {
-            state.info.api_count += 1;
-            mcp_api(state, params)
+        BridgeRequest::McpCall { id: tool, input } => {
+            match mcp_call(ctx, state, id, &tool, input) {
+                Some(reply) => reply,
+                None => return,
+            }
         }
-        "api.list" => {
-            state.info.api_count += 1;
-            api_list(state, params)
+        BridgeRequest::McpRequest { server, op, params } => {
+            match mcp_request(ctx, state, id, &server, op, params) {
+                Some(reply) => reply,
+                None => return,
+            }
         }
-        "api.read" => {
-            state.info.api_count += 1;
-            api_read(state, params)
-        }
-        other => bad_request(format!(
-            "unknown bridge method `{other}`; the guest API is tools.search, tools.describe, tools.call, MCP.<server>.*, API.list, API.read and yield_control"
-        )),
+        BridgeRequest::McpApi {
+            server,
+            tool,
+            schema,
+        } => mcp_api(state, &server, tool, schema),
+        BridgeRequest::ApiList { prefix } => api_list(state, prefix.as_deref()),
+        BridgeRequest::ApiRead { path, range } => api_read(state, &path, range),
     };
     ready.push_back((id, reply));
 }
 
-fn search(ctx: &DriveCtx, state: &RunState, params: &Map<String, Value>) -> Settlement {
-    let config = &ctx.inner.config;
-    let query = match params.get("query") {
-        Some(Value::String(q)) if !q.trim().is_empty() && q.len() <= 1024 => q,
-        Some(Value::String(q)) if q.len() > 1024 => {
-            return bad_request(
-                "tools.search: the query is longer than 1024 bytes; use a few keywords".into(),
-            );
-        }
-        Some(Value::String(_)) => {
-            return bad_request("tools.search: the query is empty; pass keywords, or read ALL_TOOLS for the whole catalog".into());
-        }
-        _ => {
-            return bad_request(
-                "tools.search(query, options?): query must be a string of keywords".into(),
-            );
-        }
-    };
-    let mut limit = config.search_default_limit.min(config.max_search_limit) as usize;
-    match params.get("options") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(options)) => {
-            if let Some(key) = options.keys().find(|k| k.as_str() != "limit") {
-                return bad_request(format!(
-                    "tools.search: unknown option `{key}`; the only option is `limit`"
-                ));
-            }
-            match options.get("limit") {
-                None => {}
-                Some(v) => match v
-                    .as_u64()
-                    .filter(|&n| n >= 1 && n <= config.max_search_limit)
-                {
-                    Some(n) => limit = n as usize,
-                    None => {
-                        return bad_request(format!(
-                            "tools.search: options.limit must be an integer from 1 to {} (maxSearchLimit), got {v}",
-                            config.max_search_limit
-                        ));
-                    }
-                },
-            }
-        }
-        Some(_) => {
-            return bad_request("tools.search: options must be an object like { limit: 5 }".into());
-        }
-    }
+fn search(state: &RunState, query: &str, limit: usize) -> Settlement {
     let hits: Vec<Value> = state
         .catalog
         .search(query, limit)
@@ -220,12 +136,7 @@ fn search(ctx: &DriveCtx, state: &RunState, params: &Map<String, Value>) -> Sett
     Settlement::Resolve(Value::Array(hits))
 }
 
-fn describe(state: &RunState, params: &Map<String, Value>) -> Settlement {
-    let Some(Value::String(id)) = params.get("id") else {
-        return bad_request(
-            "tools.describe(id): id must be a catalog id or tool name (a string)".into(),
-        );
-    };
+fn describe(state: &RunState, id: &str) -> Settlement {
     match state.catalog.describe(id) {
         Ok(entry) => Settlement::Resolve(entry.described_json()),
         Err(message) => bad_request(format!("tools.describe: {message}")),
@@ -324,18 +235,12 @@ fn call(
     ctx: &DriveCtx,
     state: &mut RunState,
     request_id: u32,
-    params: &Map<String, Value>,
+    id: &str,
+    input: Value,
 ) -> Option<Settlement> {
-    let Some(Value::String(id)) = params.get("id") else {
-        return nested_failure("tools.call(id, input): id must be a catalog id string".into());
-    };
     let entry = match state.catalog.callable(id) {
         Ok(entry) => Arc::clone(entry),
         Err(message) => return nested_failure(format!("tools.call: {message}")),
-    };
-    let input = match params.get("input") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(v) => v.clone(),
     };
     start_tool_call(ctx, state, request_id, &entry, input)
 }
@@ -362,11 +267,9 @@ fn mcp_call(
     ctx: &DriveCtx,
     state: &mut RunState,
     request_id: u32,
-    params: &Map<String, Value>,
+    id: &str,
+    input: Value,
 ) -> Option<Settlement> {
-    let Some(Value::String(id)) = params.get("id") else {
-        return nested_failure("MCP call: the tool id must be a string".into());
-    };
     let entry = match state.catalog.get(id) {
         Some(entry) if entry.source == ToolSource::Mcp => Arc::clone(entry),
         _ => {
@@ -375,7 +278,6 @@ fn mcp_call(
             ));
         }
     };
-    let input = params.get("input").cloned().unwrap_or(Value::Null);
     let input = match crate::mcp::prepare_input(
         || mcp_label(&state.catalog, &entry),
         &entry.parameters,
@@ -388,102 +290,47 @@ fn mcp_call(
 }
 
 /// `MCP.<server>.resources.*` / `.prompts.*`; `None` when in flight.
+/// Reports, in this order: an unknown server, an unknown operation, one the
+/// server does not offer, then a bad input.
 fn mcp_request(
     ctx: &DriveCtx,
     state: &mut RunState,
     request_id: u32,
-    params: &Map<String, Value>,
+    server_name: &str,
+    op: Result<McpOp, String>,
+    params: Result<Map<String, Value>, McpInputError>,
 ) -> Option<Settlement> {
-    let server_name = params.get("server").and_then(Value::as_str).unwrap_or("");
     let Some(server) = state.catalog.mcp().server(server_name) else {
         return nested_failure(format!(
             "no MCP server `{server_name}` in this run; see API.list(\"mcp\")"
         ));
     };
-    let op = params.get("op").and_then(Value::as_str).unwrap_or("");
-    let (method, offered) = match op {
-        "resources.list" => (McpMethod::ResourcesList, server.info.resources),
-        "resources.read" => (McpMethod::ResourcesRead, server.info.resources),
-        "resources.templates" => (McpMethod::ResourceTemplatesList, server.info.resources),
-        "prompts.list" => (McpMethod::PromptsList, server.info.prompts),
-        "prompts.get" => (McpMethod::PromptsGet, server.info.prompts),
-        _ => return nested_failure(format!("unknown MCP request `{op}`")),
+    let op = match op {
+        Ok(op) => op,
+        Err(unknown) => return nested_failure(format!("unknown MCP request `{unknown}`")),
     };
-    let label = format!("MCP.{}.{op}", server.js_name);
+    let offered = if op.is_resources() {
+        server.info.resources
+    } else {
+        server.info.prompts
+    };
+    let label = format!("MCP.{}.{}", server.js_name, op.as_str());
     if !offered {
         return nested_failure(format!(
             "{label}: MCP server \"{}\" offers no {}",
             server.info.name,
-            if op.starts_with("resources") {
+            if op.is_resources() {
                 "resources"
             } else {
                 "prompts"
             }
         ));
     }
-    let input = match params.get("input") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(map)) => map.clone(),
-        Some(_) => {
-            return nested_failure(format!(
-                "{label} takes one object argument like {{ uri: \"...\" }}"
-            ));
-        }
+    let checked = match params {
+        Ok(checked) => checked,
+        Err(e) => return nested_failure(e.message(&label)),
     };
-    let string_field = |key: &str| match input.get(key) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
-        None | Some(Value::Null) => Ok(None),
-        Some(_) => Err(format!("{label}: `{key}` must be a non-empty string")),
-    };
-    let mut checked = Map::new();
-    let result = (|| {
-        match method {
-            McpMethod::ResourcesList
-            | McpMethod::ResourceTemplatesList
-            | McpMethod::PromptsList => {
-                if let Some(cursor) = string_field("cursor")? {
-                    checked.insert("cursor".into(), Value::String(cursor));
-                }
-            }
-            McpMethod::ResourcesRead => match string_field("uri")? {
-                Some(uri) => {
-                    checked.insert("uri".into(), Value::String(uri));
-                }
-                None => return Err(format!("{label}({{ uri }}): `uri` is required")),
-            },
-            McpMethod::PromptsGet => {
-                match string_field("name")? {
-                    Some(name) => checked.insert("name".into(), Value::String(name)),
-                    None => {
-                        return Err(format!(
-                            "{label}({{ name, arguments }}): `name` is required"
-                        ));
-                    }
-                };
-                match input.get("arguments") {
-                    None | Some(Value::Null) => {}
-                    Some(Value::Object(args)) => {
-                        let mut strings = Map::new();
-                        for (k, v) in args {
-                            let text = match v {
-                                Value::String(s) => s.clone(),
-                                other => other.to_string(),
-                            };
-                            strings.insert(k.clone(), Value::String(text));
-                        }
-                        checked.insert("arguments".into(), Value::Object(strings));
-                    }
-                    Some(_) => {
-                        return Err(format!("{label}: `arguments` must be an object of strings"));
-                    }
-                }
-            }
-        }
-        Ok(())
-    })();
-    if let Err(message) = result {
-        return nested_failure(message);
-    }
+    let method = op.method();
     let server_name = server.info.name.clone();
     let key = (
         format!("mcp:{server_name}:{}", method.as_str()),
@@ -509,14 +356,18 @@ fn mcp_request(
 }
 
 /// `MCP.<server>.$api(toolName?, { schema? })`, answered by the host.
-fn mcp_api(state: &RunState, params: &Map<String, Value>) -> Settlement {
-    let server_name = params.get("server").and_then(Value::as_str).unwrap_or("");
+fn mcp_api(
+    state: &RunState,
+    server_name: &str,
+    tool: Result<Option<String>, McpApiError>,
+    schema: Result<bool, McpApiError>,
+) -> Settlement {
     let Some(server) = state.catalog.mcp().server(server_name) else {
         return bad_request(format!("no MCP server `{server_name}` in this run"));
     };
-    let tool = match params.get("tool") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(name)) => match server.tool(name) {
+    let tool = match tool {
+        Ok(None) => None,
+        Ok(Some(name)) => match server.tool(&name) {
             Some(tool) => Some(tool),
             None => {
                 let names: Vec<&str> = server.tools.iter().map(|t| t.js_name.as_str()).collect();
@@ -531,60 +382,16 @@ fn mcp_api(state: &RunState, params: &Map<String, Value>) -> Settlement {
                 ));
             }
         },
-        Some(_) => {
-            return bad_request(format!(
-                "MCP.{}.$api(toolName?, options?): toolName must be a string",
-                server.js_name
-            ));
-        }
+        Err(e) => return bad_request(e.message(&server.js_name)),
     };
-    let schema = match params.get("options") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(options)) => {
-            if let Some(key) = options.keys().find(|k| k.as_str() != "schema") {
-                return bad_request(format!(
-                    "MCP.{}.$api: unknown option `{key}`; the only option is `schema`",
-                    server.js_name
-                ));
-            }
-            match options.get("schema") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(_) => {
-                    return bad_request(format!(
-                        "MCP.{}.$api: options.schema must be a boolean",
-                        server.js_name
-                    ));
-                }
-            }
-        }
-        Some(_) => {
-            return bad_request(format!(
-                "MCP.{}.$api: options must be an object like {{ schema: true }}",
-                server.js_name
-            ));
-        }
+    let schema = match schema {
+        Ok(schema) => schema,
+        Err(e) => return bad_request(e.message(&server.js_name)),
     };
     Settlement::Resolve(crate::declarations::api_header(server, tool, schema))
 }
 
-fn optional_string<'a>(
-    params: &'a Map<String, Value>,
-    key: &str,
-    usage: &str,
-) -> Result<Option<&'a str>, Settlement> {
-    match params.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(bad_request(format!("{usage}: {key} must be a string"))),
-    }
-}
-
-fn api_list(state: &RunState, params: &Map<String, Value>) -> Settlement {
-    let prefix = match optional_string(params, "prefix", "API.list(prefix?)") {
-        Ok(prefix) => prefix,
-        Err(refused) => return refused,
-    };
+fn api_list(state: &RunState, prefix: Option<&str>) -> Settlement {
     match state.catalog.api_files().list(prefix) {
         Ok(files) => Settlement::Resolve(Value::Array(
             files.iter().map(|f| f.metadata_json()).collect(),
@@ -593,24 +400,21 @@ fn api_list(state: &RunState, params: &Map<String, Value>) -> Settlement {
     }
 }
 
-fn api_read(state: &RunState, params: &Map<String, Value>) -> Settlement {
-    let path = match optional_string(params, "path", "API.read(path)") {
-        Ok(Some(path)) => path,
-        Ok(None) => {
-            return bad_request(
-                "API.read(path): pass a path such as \"mcp/index.d.ts\" (API.list() lists them)"
-                    .into(),
-            );
-        }
-        Err(refused) => return refused,
-    };
+/// `API.read(path, options?)`: an unknown path is reported before bad
+/// options.
+fn api_read(
+    state: &RunState,
+    path: &str,
+    range: Result<Option<(usize, usize)>, Refusal>,
+) -> Settlement {
     let files = state.catalog.api_files();
     let text = match files.read(path) {
         Ok(text) => text,
         Err(e) => return bad_request(e.to_string()),
     };
-    let (offset, length) = match params.get("options") {
-        None | Some(Value::Null) => {
+    let (offset, length) = match range {
+        Ok(Some(range)) => range,
+        Ok(None) => {
             if text.len() > MAX_API_READ_BYTES {
                 return bad_request(format!(
                     "API.read: \"{path}\" is {} bytes, more than one read returns ({MAX_API_READ_BYTES}); read it in pieces with API.read(path, {{ offset, length }}) (length at most {MAX_API_READ_BYTES}), or one tool's types with MCP.<server>.$api(\"tool\")",
@@ -619,48 +423,13 @@ fn api_read(state: &RunState, params: &Map<String, Value>) -> Settlement {
             }
             return Settlement::Resolve(Value::String(text.to_owned()));
         }
-        Some(Value::Object(options)) => {
-            if let Some(key) = options
-                .keys()
-                .find(|k| !matches!(k.as_str(), "offset" | "length"))
-            {
-                return bad_request(format!(
-                    "API.read: unknown option `{key}`; the options are `offset` and `length` (bytes)"
-                ));
-            }
-            let number = |key: &str, default: u64| match options.get(key) {
-                None | Some(Value::Null) => Some(default),
-                Some(v) => v.as_u64(),
-            };
-            match (
-                number("offset", 0),
-                number("length", MAX_API_READ_BYTES as u64),
-            ) {
-                (Some(offset), Some(length)) if length <= MAX_API_READ_BYTES as u64 => {
-                    (offset as usize, length as usize)
-                }
-                _ => {
-                    return bad_request(format!(
-                        "API.read: options.offset must be a byte offset (an integer from 0) and options.length an integer from 0 to {MAX_API_READ_BYTES}"
-                    ));
-                }
-            }
-        }
-        Some(_) => {
-            return bad_request(
-                "API.read(path, options?): options must be an object like { offset: 0, length: 65536 }".into(),
-            );
-        }
+        Err(refused) => return refused.into_settlement(),
     };
     match files.read_range(path, offset, length) {
         Ok(piece) => Settlement::Resolve(Value::String(piece.to_owned())),
         Err(e) => bad_request(e.to_string()),
     }
 }
-
-/// The most one `API.read` returns: larger files are read in pieces (a
-/// whole 11 MB declaration file would fill a cell's heap).
-pub(crate) const MAX_API_READ_BYTES: usize = 256 * 1024;
 
 #[cfg(test)]
 mod tests {

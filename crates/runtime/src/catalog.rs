@@ -433,12 +433,8 @@ impl Catalog {
             .map(|e| e.compact_json())
             .collect();
         let mcp = McpNamespace::build(&entries, mcp_servers);
-        let guest_context = json!({
-            "tools": guest_tools,
-            "conveniences": conveniences,
-            "mcp": mcp.guest_json(),
-        })
-        .to_string();
+        let guest_context =
+            crate::guest_api::run_context(guest_tools, &conveniences, mcp.guest_json());
         Ok(Catalog {
             entries,
             by_id,
@@ -463,7 +459,7 @@ impl Catalog {
     /// An empty catalog (a run without tools).
     pub fn empty() -> Catalog {
         Catalog {
-            guest_context: codemode_sandbox::EMPTY_CONTEXT.to_owned(),
+            guest_context: crate::guest_api::EMPTY_CONTEXT.to_owned(),
             ..Catalog::default()
         }
     }
@@ -507,7 +503,8 @@ impl Catalog {
         counts
     }
 
-    /// The JSON text the guest's prelude turns into `ALL_TOOLS` and `tools`.
+    /// The run context (`crate::guest_api::run_context`) the guest API turns
+    /// into `ALL_TOOLS`, `tools` and `MCP`.
     pub(crate) fn guest_context(&self) -> &str {
         &self.guest_context
     }

@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 use crate::bridge::handle_request;
 use crate::catalog::{Catalog, ToolDefinition, ToolPolicy, ToolSource};
 use crate::config::{CodeModeConfig, Language};
-use crate::drive::{DriveCtx, RunState};
 use crate::input::ExecInput;
 use crate::mcp::McpServerInfo;
+use crate::run_state::{DriveCtx, RunState};
 use crate::runtime::CodeModeRuntime;
 use crate::session::{CodeModeSession, McpServerCall, NestedCall, ToolExecutor, ToolFuture};
 

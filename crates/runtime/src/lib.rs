@@ -25,7 +25,7 @@
 //! let executor = |call: NestedCall| -> ToolFuture {
 //!     Box::pin(async move { Ok(json!({ "city": call.input["city"], "tempC": 21 })) })
 //! };
-//! let context = RunContext { session_id: Some("s1".into()), run_id: Some("r1".into()), ..Default::default() };
+//! let context = RunContext { session_id: Some("s1".into()), agent_run_id: Some("r1".into()), ..Default::default() };
 //! let session = runtime.session(context, Catalog::build(tools, &ToolPolicy::default())?, Arc::new(executor));
 //!
 //! // The provider payload holds exactly these two tools.
@@ -63,13 +63,18 @@ mod calls;
 mod catalog;
 mod config;
 mod declarations;
+mod drain;
 mod drive;
 #[doc(hidden)]
 pub mod fuzzing;
+mod guest_api;
 mod input;
 mod mcp;
+mod outcome;
 mod prepare;
+mod request;
 mod result;
+mod run_state;
 mod runtime;
 mod session;
 mod slots;
@@ -98,6 +103,7 @@ pub fn typescript_transformer_initialised() -> bool {
 
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use declarations::{ApiFile, ApiFiles, ApiPathError};
+pub use guest_api::guest_api;
 pub use input::{ExecInput, InputError, WaitInput};
 pub use mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView, js_identifier};
 pub use result::{

@@ -19,7 +19,9 @@ use crate::store::{RunStore, StoreLimits};
 /// Process-level options beyond `tools.codeMode`.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
-    /// Sandbox engine settings (module cache folder, live VM slots).
+    /// Sandbox engine settings (module cache folder, live VM slots). Its
+    /// `guest_api` is ignored: the runtime always builds its sandbox with
+    /// its own guest API ([`crate::guest_api()`]), which its bridge answers.
     pub sandbox: SandboxConfig,
     /// Suspended runs held at once; a run that would exceed it fails with
     /// `snapshot_limit_exceeded` and a message saying so.
@@ -133,7 +135,10 @@ impl CodeModeRuntime {
         config: CodeModeConfig,
         options: RuntimeOptions,
     ) -> Result<CodeModeRuntime, RuntimeError> {
-        let sandbox = Sandbox::new(options.sandbox.clone())?;
+        let sandbox = Sandbox::new(SandboxConfig {
+            guest_api: crate::guest_api::guest_api(),
+            ..options.sandbox.clone()
+        })?;
         let slots = ProcessSlots::new(
             options.sandbox.max_live_vms as usize,
             options.max_live_vms_per_scope,

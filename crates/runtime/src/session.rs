@@ -30,9 +30,12 @@ pub struct RunContext {
     /// The session key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
-    /// The agent run id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    /// The agent run this session serves (the host's id for one run of the
+    /// agent: one [`CodeModeSession`]). Not the `runId` of a waiting code
+    /// mode run ([`crate::CodeModeResult::Waiting`]), which names one
+    /// suspended exec inside it. Serialized as `runId` (the contract's name).
+    #[serde(default, rename = "runId", skip_serializing_if = "Option::is_none")]
+    pub agent_run_id: Option<String>,
     /// The sender, where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender: Option<String>,
@@ -47,7 +50,7 @@ pub(crate) struct Scope {
     agent_id: Option<String>,
     session_id: Option<String>,
     session_key: Option<String>,
-    run_id: Option<String>,
+    agent_run_id: Option<String>,
 }
 
 impl Scope {
@@ -56,7 +59,7 @@ impl Scope {
             agent_id: context.agent_id.clone(),
             session_id: context.session_id.clone(),
             session_key: context.session_key.clone(),
-            run_id: context.run_id.clone(),
+            agent_run_id: context.agent_run_id.clone(),
         }
     }
 
@@ -322,10 +325,14 @@ impl CallCanceller {
     }
 }
 
-/// Code mode for one agent run. Made by [`CodeModeRuntime::session`].
+/// Code mode for one agent run (the [`RunContext::agent_run_id`] of its
+/// context): the model's `exec` and `wait` calls of that run, its catalog
+/// and its executor. Made by [`CodeModeRuntime::session`]. Each `exec` that
+/// waits becomes a suspended code mode run (the result's `runId`) inside
+/// this agent run.
 ///
-/// Dropping the last session of a scope ends the run: its suspended runs
-/// are discarded and their nested calls cancelled.
+/// Dropping the last session of a scope ends the agent run: its suspended
+/// runs are discarded and their nested calls cancelled.
 pub struct CodeModeSession {
     pub(crate) runtime: CodeModeRuntime,
     pub(crate) scope: Arc<ScopeState>,

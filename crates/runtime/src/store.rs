@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use codemode_sandbox::Snapshot;
 
-use crate::drive::RunState;
+use crate::run_state::RunState;
 use crate::session::Scope;
 
 /// A run waiting for `wait`.

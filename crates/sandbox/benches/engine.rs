@@ -9,12 +9,17 @@
 
 use std::time::{Duration, Instant};
 
-use codemode_sandbox::{Limits, Sandbox, SandboxConfig, Settlement, Snapshot, Step};
+use codemode_sandbox::{GuestApi, Limits, Sandbox, SandboxConfig, Settlement, Snapshot, Step};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
+/// With the tests' guest API (`yield_control`): the default one is empty.
 fn sandbox() -> Sandbox {
-    Sandbox::new(SandboxConfig::default()).expect("sandbox")
+    Sandbox::new(SandboxConfig {
+        guest_api: GuestApi::new(include_str!("../tests/common/guest_api.js")),
+        ..SandboxConfig::default()
+    })
+    .expect("sandbox")
 }
 
 fn cold_exec(c: &mut Criterion) {

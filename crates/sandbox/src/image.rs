@@ -4,7 +4,7 @@
 //!
 //! Pre-initialisation runs with a fixed clock and fixed randomness, so the
 //! baked image is byte-for-byte the same on every machine with the same guest
-//! and prelude; its SHA-256 is the *build id* every snapshot carries.
+//! and prelude (engine prelude and guest API); its SHA-256 is the *build id* every snapshot carries.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -19,8 +19,6 @@ use crate::host::HostState;
 
 /// The shipped guest module (rebuilt by `cargo xtask build-guest`).
 pub(crate) const GUEST_WASM: &[u8] = include_bytes!("../../../guest/dist/codemode-guest.wasm");
-/// The guest prelude (the guest-side API shim), evaluated before baking.
-pub(crate) const PRELUDE: &str = include_str!("prelude.js");
 
 /// A compiled, pre-initialised module plus what snapshots are measured against.
 pub(crate) struct BaseImage {
@@ -51,12 +49,14 @@ fn engine_error(context: &str) -> impl Fn(wasmtime::Error) -> SandboxError + '_ 
     move |e| SandboxError::Engine(format!("{context}: {e:#}"))
 }
 
-fn cache_key(engine: &Engine) -> String {
+/// `prelude` is the composed prelude (engine and guest API): a change to
+/// either is a new image.
+fn cache_key(engine: &Engine, prelude: &str) -> String {
     let mut compat = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut compat);
     let mut hasher = Sha256::new();
     hasher.update(GUEST_WASM);
-    hasher.update(PRELUDE.as_bytes());
+    hasher.update(prelude.as_bytes());
     hasher.update(abi::ABI_VERSION.to_le_bytes());
     hasher.update(compat.finish().to_le_bytes());
     hex(&hasher.finalize()[..16])
@@ -71,8 +71,9 @@ pub(crate) fn load(
     engine: &Engine,
     linker: &Linker<HostState>,
     cache_dir: Option<&Path>,
+    prelude: &str,
 ) -> Result<BaseImage, SandboxError> {
-    let key = cache_key(engine);
+    let key = cache_key(engine, prelude);
     let cached = cache_dir.and_then(|dir| match load_cached(engine, dir, &key) {
         Ok(found) => found,
         Err(e) => {
@@ -84,7 +85,7 @@ pub(crate) fn load(
         Some(found) => found,
         None => {
             let started = std::time::Instant::now();
-            let baked = bake(engine, linker)?;
+            let baked = bake(engine, linker, prelude)?;
             let build_id: [u8; 32] = Sha256::digest(&baked).into();
             let module =
                 Module::new(engine, &baked).map_err(engine_error("compiling the base image"))?;
@@ -208,7 +209,11 @@ impl InstanceState for WizerState<'_> {
 
 /// Runs the guest's initialisation (reactor `_initialize`, then `cm_init`
 /// with the prelude) and bakes the resulting state into a new module.
-fn bake(engine: &Engine, linker: &Linker<HostState>) -> Result<Vec<u8>, SandboxError> {
+fn bake(
+    engine: &Engine,
+    linker: &Linker<HostState>,
+    prelude: &str,
+) -> Result<Vec<u8>, SandboxError> {
     let mut wizer = Wizer::new();
     wizer.init_func("cm_init");
     let (cx, instrumented) = wizer
@@ -245,12 +250,13 @@ fn bake(engine: &Engine, linker: &Linker<HostState>) -> Result<Vec<u8>, SandboxE
     let init = instance
         .get_typed_func::<(u32, u32), i32>(&mut store, "cm_init")
         .map_err(engine_error("cm_init"))?;
-    let len = PRELUDE.len() as u32;
+    let len = u32::try_from(prelude.len())
+        .map_err(|_| SandboxError::Abi("the prelude is larger than 4 GiB".into()))?;
     let ptr = alloc
         .call(&mut store, len)
         .map_err(engine_error("allocating the prelude"))?;
     memory
-        .write(&mut store, ptr as usize, PRELUDE.as_bytes())
+        .write(&mut store, ptr as usize, prelude.as_bytes())
         .map_err(|e| SandboxError::Engine(format!("writing the prelude: {e}")))?;
     let status = init
         .call(&mut store, (ptr, len))

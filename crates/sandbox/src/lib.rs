@@ -2,11 +2,19 @@
 //! by wasmtime, with hard limits and snapshots.
 //!
 //! ```no_run
-//! use codemode_sandbox::{Limits, Sandbox, SandboxConfig, Settlement, Step};
+//! use codemode_sandbox::{GuestApi, Limits, Sandbox, SandboxConfig, Settlement, Step};
 //!
 //! # fn main() -> Result<(), codemode_sandbox::SandboxError> {
+//! // The embedder's guest API: the globals cells see besides `text`/`json`.
+//! let guest_api = GuestApi::new(
+//!     "(function (bridge) {
+//!        bridge.defineGlobal('yield_control', (reason) =>
+//!          bridge.hostRequest('yield', { reason: reason === undefined ? null : String(reason) }));
+//!        return function install(context) {};
+//!      })",
+//! );
 //! // Once per process: compiles (or loads from the cache) the base image.
-//! let sandbox = Sandbox::new(SandboxConfig::default())?;
+//! let sandbox = Sandbox::new(SandboxConfig { guest_api, ..SandboxConfig::default() })?;
 //! let limits = Limits::default();
 //!
 //! // A cell that waits on the host: it becomes a snapshot ...
@@ -32,6 +40,10 @@
 //!   blocking thread, never from an async executor's worker.
 //! - [`Step`]: what a burst of guest execution ended in.
 //! - [`Snapshot`]: a suspended VM as data.
+//! - [`GuestApi`]: the embedder's globals and request methods, given as
+//!   configuration. The sandbox owns only the engine (JSON adapter, output,
+//!   host requests, limits, snapshots): it knows no request method, catalog
+//!   or run-context schema.
 //!
 //! # Hostile guests
 //! Every limit in [`Limits`] is enforced by the host: the deadline by epoch
@@ -49,6 +61,7 @@ mod guest_json;
 mod host;
 mod image;
 mod limits;
+mod prelude;
 mod snapshot;
 mod ticker;
 mod vm;
@@ -68,11 +81,9 @@ pub use guest_json::{
 pub use host::{HostRequest, OUTPUT_ITEM_COST, OutputItem};
 pub use image::default_cache_dir;
 pub use limits::{CancelFlag, Limits};
+pub use prelude::GuestApi;
 pub use snapshot::Snapshot;
 pub use vm::{Failure, FailureKind, Settlement, Step, Vm};
-
-/// The run context of a cell started without tools.
-pub const EMPTY_CONTEXT: &str = r#"{"tools":[],"conveniences":[]}"#;
 
 /// Process-wide settings of a [`Sandbox`].
 #[derive(Debug, Clone)]
@@ -86,6 +97,9 @@ pub struct SandboxConfig {
     pub max_live_vms: u32,
     /// The largest linear memory any VM may have (the pool's slot size).
     pub max_memory_bytes: usize,
+    /// The globals cells see besides the engine's `text` and `json`, and
+    /// the requests they send (see [`GuestApi`]). Baked into the base image.
+    pub guest_api: GuestApi,
 }
 
 impl Default for SandboxConfig {
@@ -94,6 +108,7 @@ impl Default for SandboxConfig {
             cache_dir: default_cache_dir(),
             max_live_vms: 128,
             max_memory_bytes: (1 << 30) + (256 << 20),
+            guest_api: GuestApi::default(),
         }
     }
 }
@@ -133,7 +148,8 @@ impl Sandbox {
         let engine = build_engine(&config)?;
         let mut linker = Linker::new(&engine);
         host::define_imports(&mut linker)?;
-        let base = image::load(&engine, &linker, config.cache_dir.as_deref())?;
+        let prelude = prelude::compose(&config.guest_api);
+        let base = image::load(&engine, &linker, config.cache_dir.as_deref(), &prelude)?;
         let mutable_globals: Vec<String> = base
             .module
             .exports()
@@ -187,13 +203,14 @@ impl Sandbox {
     /// Host-side problems only ([`SandboxError::PoolExhausted`], ...); guest
     /// failures are [`Step::Failed`].
     pub fn start(&self, code: &str, limits: &Limits) -> Result<(Vm, Step), SandboxError> {
-        self.start_with_context(code, EMPTY_CONTEXT, limits)
+        self.start_with_context(code, "null", limits)
     }
 
-    /// Like [`Sandbox::start`], with the run's guest globals: `context` is
-    /// JSON text `{"tools": [...entries], "conveniences": [[name, id], ...]}`
-    /// that becomes `ALL_TOOLS` and the `tools.<name>` functions. It must be
-    /// produced by the host (it is parsed inside the VM as trusted JSON).
+    /// Like [`Sandbox::start`], with a run context: JSON text the guest
+    /// API's `install(context)` receives (parsed) before the cell starts;
+    /// [`Sandbox::start`] passes `null`. Its schema belongs to the guest
+    /// API. It must be produced by the host (it is parsed inside the VM as
+    /// trusted JSON).
     ///
     /// # Errors
     /// As [`Sandbox::start`].

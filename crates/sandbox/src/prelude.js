@@ -1,12 +1,16 @@
-// The guest prelude: evaluated once inside the VM before the base image is
-// baked. It receives the guest's native functions (never put on globalThis),
-// defines the guest API globals and returns the hooks the guest's ABI calls.
+// The engine prelude: evaluated once inside the VM before the base image is
+// baked. It receives the guest's native functions (never put on globalThis)
+// and the embedder's guest API (`SandboxConfig::guest_api`, a function
+// expression), defines the engine's own globals (`text`, `json`), calls the
+// guest API once with a narrow bridge, and returns the hooks the guest's ABI
+// calls. It knows no request method, catalog or run-context schema: those
+// belong to the guest API (in codemode, the runtime crate's guest_api.js).
 //
 // Nothing here is a security boundary: the host re-validates every byte that
 // leaves the VM. The prelude only makes well-behaved cells pleasant and keeps
 // its own state unreachable from cell code (closures, null-prototype objects,
 // intrinsics captured before any cell runs).
-(function (natives) {
+(function (natives, guestApi) {
   "use strict";
   const G = globalThis;
   const stringify = JSON.stringify;
@@ -268,7 +272,7 @@
   const hostErrorCodes = new WeakMapCtor();
 
   /** Starts host work and returns a promise the host settles later.
-   * `method` is always one of this prelude's own constants (no quoting). */
+   * `method` is always a constant of the guest API (no quoting). */
   function hostRequest(method, params) {
     const fast = fastJson(params, ObjectProto, ArrayProto);
     const payload = fast !== undefined
@@ -290,147 +294,25 @@
     };
   }
 
-  function yield_control(reason) {
-    const r = reason === undefined ? null : StringCtor(reason);
-    return hostRequest("yield", { reason: r }).then(() => undefined);
-  }
-
   function defineGlobal(name, value) {
     defineProperty(G, name, { value: value, writable: false, enumerable: false, configurable: false });
   }
   defineGlobal("text", text);
   defineGlobal("json", json);
-  defineGlobal("yield_control", yield_control);
 
-  // ---- the run's catalog (ALL_TOOLS, tools) -------------------------------
-  // The host passes the run context with the cell (cm_run). Nothing here is
-  // trusted by the host: search, describe and call are bridge requests the
-  // host re-validates against the run's real catalog.
-  function search(query, options) {
-    return hostRequest("search", { query: query, options: options });
+  // ---- the guest API --------------------------------------------------------
+  // Called once, here, before any cell exists: it defines its globals and
+  // returns `install(context)`, called once per run with the run context
+  // (host-made JSON, parsed here) before the cell body starts. The bridge is
+  // all it gets of the engine: requests out, and how to define a global.
+  const bridge = createObject(null);
+  bridge.hostRequest = hostRequest;
+  bridge.idRequest = idRequest;
+  bridge.defineGlobal = defineGlobal;
+  const install = guestApi(freeze(bridge));
+  if (typeof install !== "function") {
+    throw new TypeErrorCtor("the guest API must return its install(context) function");
   }
-  function describe(id) {
-    return hostRequest("describe", { id: id });
-  }
-  function callTool(id, input) {
-    return hostRequest("call", { id: id, input: input });
-  }
-
-  function describeArgument(value) {
-    if (value === null) return "null";
-    if (isArray(value)) return "an array";
-    return typeof value === "object" ? "an object" : "a " + typeof value;
-  }
-
-  function rejected(error) {
-    return Promise.reject(error);
-  }
-
-  /** The one object argument of an MCP function (none means {}). */
-  function objectArgument(label, args, required) {
-    if (args.length > 1) {
-      return new TypeErrorCtor(label + " takes exactly one object argument ({ ... }), got " + args.length + " arguments");
-    }
-    const input = args.length === 0 ? undefined : args[0];
-    if (input === undefined || input === null) {
-      return required ? new TypeErrorCtor(label + " takes one object argument like " + required) : null;
-    }
-    if (typeof input !== "object" || isArray(input)) {
-      return new TypeErrorCtor(label + " takes one object argument like " + (required || "{ key: value }") + ", got " + describeArgument(input));
-    }
-    return undefined;
-  }
-
-  function mcpTool(label, id) {
-    const send = idRequest("mcp.call", id);
-    return function () {
-      const problem = objectArgument(label, arguments, null);
-      if (problem) return rejected(problem);
-      return send(arguments.length === 0 ? null : arguments[0]);
-    };
-  }
-
-  function mcpRequest(serverName, op, label, required) {
-    return function () {
-      const problem = objectArgument(label, arguments, required);
-      if (problem) return rejected(problem);
-      return hostRequest("mcp.request", { server: serverName, op: op, input: arguments.length === 0 ? null : arguments[0] });
-    };
-  }
-
-  function named(name, fn) {
-    defineProperty(fn, "name", { value: name, configurable: true });
-    return fn;
-  }
-
-  function mcpServer(entry) {
-    const serverName = entry[0];
-    const server = createObject(null);
-    const tools = isArray(entry[1]) ? entry[1] : [];
-    for (let i = 0; i < tools.length; i++) {
-      const name = tools[i][0];
-      server[name] = named(name, mcpTool("MCP." + serverName + "." + name, tools[i][1]));
-    }
-    server.$api = named("$api", function (toolName, options) {
-      return hostRequest("mcp.api", { server: serverName, tool: toolName === undefined ? null : toolName, options: options === undefined ? null : options });
-    });
-    const flags = entry[2] | 0;
-    const prefix = "MCP." + serverName;
-    if (flags & 1) {
-      const resources = createObject(null);
-      resources.list = named("list", mcpRequest(serverName, "resources.list", prefix + ".resources.list", null));
-      resources.read = named("read", mcpRequest(serverName, "resources.read", prefix + ".resources.read", "{ uri: \"...\" }"));
-      resources.templates = named("templates", mcpRequest(serverName, "resources.templates", prefix + ".resources.templates", null));
-      server.resources = freeze(resources);
-    }
-    if (flags & 2) {
-      const prompts = createObject(null);
-      prompts.list = named("list", mcpRequest(serverName, "prompts.list", prefix + ".prompts.list", null));
-      prompts.get = named("get", mcpRequest(serverName, "prompts.get", prefix + ".prompts.get", "{ name: \"...\", arguments: { ... } }"));
-      server.prompts = freeze(prompts);
-    }
-    return freeze(server);
-  }
-
-  function installRunGlobals(ctx) {
-    const valid = ctx !== null && typeof ctx === "object";
-    const entries = valid && isArray(ctx.tools) ? ctx.tools : [];
-    const all = [];
-    for (let i = 0; i < entries.length; i++) all.push(freeze(entries[i]));
-    defineGlobal("ALL_TOOLS", freeze(all));
-    const catalog = createObject(null);
-    catalog.search = search;
-    catalog.describe = describe;
-    catalog.call = callTool;
-    const conveniences = valid && isArray(ctx.conveniences) ? ctx.conveniences : [];
-    for (let i = 0; i < conveniences.length; i++) {
-      const name = conveniences[i][0];
-      const id = conveniences[i][1];
-      if (name === "search" || name === "describe" || name === "call") continue;
-      const send = idRequest("call", id);
-      catalog[name] = { [name](input) { return send(input); } }[name];
-    }
-    defineGlobal("tools", freeze(catalog));
-    const mcp = createObject(null);
-    const servers = valid && isArray(ctx.mcp) ? ctx.mcp : [];
-    for (let i = 0; i < servers.length; i++) mcp[servers[i][0]] = mcpServer(servers[i]);
-    defineGlobal("MCP", freeze(mcp));
-    defineGlobal("namespaces", freeze(createObject(null)));
-  }
-
-  // The virtual declaration files (answered by the host from the run's
-  // catalog; nothing is on disk).
-  const api = createObject(null);
-  api.list = named("list", function (prefix) {
-    return hostRequest("api.list", { prefix: prefix === undefined ? null : prefix });
-  });
-  api.read = named("read", function (path, options) {
-    return hostRequest("api.read", {
-      path: path === undefined ? null : path,
-      options: options === undefined ? null : options,
-    });
-  });
-  defineGlobal("API", freeze(api));
 
   // Module loading and host objects do not exist here; make the usual names
   // fail clearly instead of with "x is not defined".
@@ -491,7 +373,7 @@
         result = syntaxError;
         return;
       }
-      installRunGlobals(parseJson(contextText));
+      install(parseJson(contextText));
       state = RUNNING;
       result = null;
       cell().then(

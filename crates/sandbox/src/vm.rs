@@ -299,8 +299,8 @@ impl Vm {
         Ok((ptr, len))
     }
 
-    /// Runs one cell body with its run context (the JSON the prelude turns
-    /// into `ALL_TOOLS` and `tools`). Called once, right after instantiation.
+    /// Runs one cell body with its run context (the JSON the guest API's
+    /// `install` receives). Called once, right after instantiation.
     pub(crate) fn run_cell(&mut self, code: &str, context: &str) -> Result<Step, SandboxError> {
         let seed = crate::random_u64();
         let memory_limit = u32::try_from(self.limits.memory_limit_bytes).unwrap_or(u32::MAX);

@@ -146,7 +146,7 @@ pub fn context(agent: &str, session: &str, run: &str) -> RunContext {
         agent_id: Some(agent.into()),
         session_id: Some(session.into()),
         session_key: Some(format!("key-{session}")),
-        run_id: Some(run.into()),
+        agent_run_id: Some(run.into()),
         sender: Some("tester".into()),
         channel: Some("test".into()),
     }

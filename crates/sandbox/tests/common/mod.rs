@@ -4,11 +4,21 @@
 
 use std::sync::OnceLock;
 
-use codemode_sandbox::{Failure, Limits, OutputItem, Sandbox, SandboxConfig, Step, Vm};
+use codemode_sandbox::{Failure, GuestApi, Limits, OutputItem, Sandbox, SandboxConfig, Step, Vm};
+
+/// The tests' guest API (`yield_control` only): the sandbox's default one
+/// defines no globals.
+pub const TEST_GUEST_API: &str = include_str!("guest_api.js");
 
 pub fn sandbox() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
-    SANDBOX.get_or_init(|| Sandbox::new(SandboxConfig::default()).expect("sandbox starts"))
+    SANDBOX.get_or_init(|| {
+        Sandbox::new(SandboxConfig {
+            guest_api: GuestApi::new(TEST_GUEST_API),
+            ..SandboxConfig::default()
+        })
+        .expect("sandbox starts")
+    })
 }
 
 pub fn limits() -> Limits {

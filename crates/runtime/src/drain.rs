@@ -1,0 +1,164 @@
+//! The drain loop: drives a VM burst by burst, answering its requests
+//! (through [`crate::bridge`]) and delivering nested results as they
+//! arrive, until the cell is done, fails, yields, or the deadline comes.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Instant;
+
+use codemode_sandbox::{FailureKind, Settlement, Step, Vm};
+use serde_json::Value;
+
+use crate::bridge::{handle_request, settlement};
+use crate::calls::Msg;
+use crate::outcome::{
+    Driven, aborted_failure, completed, convert_output, deadline_failure, failed, host_failure,
+    vm_telemetry,
+};
+use crate::result::{CodeModeResult, ErrorCode, WaitReason};
+use crate::run_state::{DriveCtx, RunState};
+
+/// Runs `f` with the run registered as live in its scope, so an abort
+/// wakes the drive.
+pub(crate) fn live<F>(ctx: &DriveCtx, state: &mut RunState, f: F) -> Driven
+where
+    F: FnOnce(&DriveCtx, &mut RunState) -> Driven,
+{
+    let key = codemode_sandbox::random_u64();
+    ctx.scope.register(crate::session::LiveDrive {
+        key,
+        call_id: state.drive_call_id.clone(),
+        wake: state.calls.sender(),
+        cancel: ctx.limits.cancel.clone(),
+    });
+    let driven = if ctx.scope.is_aborted() || ctx.limits.cancel.is_cancelled() {
+        Driven::done(aborted_failure())
+    } else {
+        f(ctx, state)
+    };
+    ctx.scope.unregister(key);
+    driven
+}
+
+/// Drives a VM: answers requests, delivers ready settlements and nested
+/// results as they arrive, and stops when the cell is done, fails, yields,
+/// or still waits on calls at the deadline.
+pub(crate) fn drive(
+    ctx: &DriveCtx,
+    mut vm: Vm,
+    mut step: Step,
+    state: &mut RunState,
+    mut ready: VecDeque<(u32, Settlement)>,
+) -> Driven {
+    let mut output = Vec::new();
+    // The cell's value once it returned while fire-and-forget calls were
+    // still running: they are delivered until the deadline, then cancelled.
+    let mut finished: Option<Value> = None;
+    loop {
+        output.extend(convert_output(vm.take_output()));
+        match step {
+            Step::Completed(value) => finished = Some(value),
+            Step::Failed(failure) if failure.kind == FailureKind::Aborted => {
+                state.info.cancelled += state.calls.cancel_all() as u32;
+                return Driven::done(aborted_failure());
+            }
+            Step::Failed(failure) => {
+                return Driven::done(failed(&vm, &failure, output, state.source_map.as_deref()));
+            }
+            Step::Pending => {}
+        }
+        for request in vm.take_new_requests() {
+            // Host work a guest asks for counts against its deadline: a
+            // burst of requests ends at `timeoutMs`, not after all of them.
+            if Instant::now() >= ctx.deadline {
+                return Driven::done(deadline_failure(&vm, output));
+            }
+            handle_request(ctx, state, request, &mut ready);
+        }
+        if ctx.limits.cancel.is_cancelled() {
+            state.info.cancelled += state.calls.cancel_all() as u32;
+            return Driven::done(aborted_failure());
+        }
+        if !ready.is_empty() && Instant::now() >= ctx.delivery_deadline() {
+            if let Some(value) = finished {
+                // The cell already returned: late fire-and-forget results
+                // are dropped with their calls.
+                state.info.cancelled += state.calls.cancel_all() as u32;
+                return Driven::done(completed(&vm, value, output));
+            }
+            state.carried.extend(ready.drain(..));
+            return Driven::Suspend {
+                vm: Box::new(vm),
+                reason: WaitReason::PendingTools,
+                output,
+            };
+        }
+        if let Some((id, settlement)) = ready.pop_front() {
+            step = match vm.settle(id, settlement) {
+                Ok(step) => step,
+                Err(e) => return Driven::done(host_failure(&e)),
+            };
+            continue;
+        }
+        step = Step::Pending;
+        // Idle: nothing to deliver right now.
+        let outstanding = vm.outstanding_requests();
+        if finished.is_none() {
+            if outstanding.is_empty() {
+                return Driven::done(CodeModeResult::Failed {
+                    error: "the cell is waiting on a promise that nothing will ever settle (no tool calls are pending and there are no timers); \
+                            make sure every awaited promise is resolved"
+                        .into(),
+                    code: None,
+                    output,
+                    telemetry: vm_telemetry(&vm, None),
+                });
+            }
+            if state.yields.iter().any(|id| outstanding.contains(id)) {
+                return Driven::Suspend {
+                    vm: Box::new(vm),
+                    reason: WaitReason::Yield,
+                    output,
+                };
+            }
+        }
+        if state.calls.in_flight() == 0 {
+            if let Some(value) = finished {
+                return Driven::done(completed(&vm, value, output));
+            }
+            return Driven::done(CodeModeResult::failure(
+                ErrorCode::InternalError,
+                "the cell waits on a host request this runtime does not track",
+                vm_telemetry(&vm, None),
+            ));
+        }
+        let left = ctx
+            .delivery_deadline()
+            .saturating_duration_since(Instant::now());
+        match state.calls.receiver().recv_timeout(left) {
+            Ok(Msg::Done {
+                request_id,
+                outcome,
+            }) => {
+                if let Some(done) = state.calls.finish(request_id, outcome) {
+                    ready.push_back(settlement(ctx, done));
+                }
+            }
+            Ok(Msg::Abort) => {
+                state.info.cancelled += state.calls.cancel_all() as u32;
+                return Driven::done(aborted_failure());
+            }
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                if let Some(value) = finished {
+                    state.info.cancelled += state.calls.cancel_all() as u32;
+                    return Driven::done(completed(&vm, value, output));
+                }
+                return Driven::Suspend {
+                    vm: Box::new(vm),
+                    reason: WaitReason::PendingTools,
+                    output,
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+// The product's guest API: the globals a cell sees besides the engine's own
+// (`text`, `json`): `yield_control`, `API`, and per run `ALL_TOOLS`, `tools`,
+// `MCP` and `namespaces`. The runtime owns this file (crate::guest_api) and
+// hands it to the sandbox as `SandboxConfig::guest_api`; the sandbox's
+// engine prelude calls it once, before the base image is baked, with a
+// narrow bridge and calls the function it returns once per run with the run
+// context (`{tools, conveniences, mcp}`, built by crate::guest_api).
+//
+// Every method name sent here is a `crate::guest_api::Method` (a test pins
+// the two lists together). Nothing here is a security boundary: the host
+// re-validates every request against the run's real catalog. State stays
+// unreachable from cell code (closures, null-prototype objects, intrinsics
+// captured before any cell runs).
+(function (bridge) {
+  "use strict";
+  const hostRequest = bridge.hostRequest;
+  const idRequest = bridge.idRequest;
+  const defineGlobal = bridge.defineGlobal;
+  const isArray = Array.isArray;
+  const freeze = Object.freeze;
+  const defineProperty = Object.defineProperty;
+  const createObject = Object.create;
+  const TypeErrorCtor = TypeError;
+  const StringCtor = String;
+
+  function yield_control(reason) {
+    const r = reason === undefined ? null : StringCtor(reason);
+    return hostRequest("yield", { reason: r }).then(() => undefined);
+  }
+
+  defineGlobal("yield_control", yield_control);
+
+  // ---- the run's catalog (ALL_TOOLS, tools) -------------------------------
+  // The host passes the run context with the cell (cm_run). Nothing here is
+  // trusted by the host: search, describe and call are bridge requests the
+  // host re-validates against the run's real catalog.
+  function search(query, options) {
+    return hostRequest("search", { query: query, options: options });
+  }
+  function describe(id) {
+    return hostRequest("describe", { id: id });
+  }
+  function callTool(id, input) {
+    return hostRequest("call", { id: id, input: input });
+  }
+
+  function describeArgument(value) {
+    if (value === null) return "null";
+    if (isArray(value)) return "an array";
+    return typeof value === "object" ? "an object" : "a " + typeof value;
+  }
+
+  function rejected(error) {
+    return Promise.reject(error);
+  }
+
+  /** The one object argument of an MCP function (none means {}). */
+  function objectArgument(label, args, required) {
+    if (args.length > 1) {
+      return new TypeErrorCtor(label + " takes exactly one object argument ({ ... }), got " + args.length + " arguments");
+    }
+    const input = args.length === 0 ? undefined : args[0];
+    if (input === undefined || input === null) {
+      return required ? new TypeErrorCtor(label + " takes one object argument like " + required) : null;
+    }
+    if (typeof input !== "object" || isArray(input)) {
+      return new TypeErrorCtor(label + " takes one object argument like " + (required || "{ key: value }") + ", got " + describeArgument(input));
+    }
+    return undefined;
+  }
+
+  function mcpTool(label, id) {
+    const send = idRequest("mcp.call", id);
+    return function () {
+      const problem = objectArgument(label, arguments, null);
+      if (problem) return rejected(problem);
+      return send(arguments.length === 0 ? null : arguments[0]);
+    };
+  }
+
+  function mcpRequest(serverName, op, label, required) {
+    return function () {
+      const problem = objectArgument(label, arguments, required);
+      if (problem) return rejected(problem);
+      return hostRequest("mcp.request", { server: serverName, op: op, input: arguments.length === 0 ? null : arguments[0] });
+    };
+  }
+
+  function named(name, fn) {
+    defineProperty(fn, "name", { value: name, configurable: true });
+    return fn;
+  }
+
+  function mcpServer(entry) {
+    const serverName = entry[0];
+    const server = createObject(null);
+    const tools = isArray(entry[1]) ? entry[1] : [];
+    for (let i = 0; i < tools.length; i++) {
+      const name = tools[i][0];
+      server[name] = named(name, mcpTool("MCP." + serverName + "." + name, tools[i][1]));
+    }
+    server.$api = named("$api", function (toolName, options) {
+      return hostRequest("mcp.api", { server: serverName, tool: toolName === undefined ? null : toolName, options: options === undefined ? null : options });
+    });
+    const flags = entry[2] | 0;
+    const prefix = "MCP." + serverName;
+    if (flags & 1) {
+      const resources = createObject(null);
+      resources.list = named("list", mcpRequest(serverName, "resources.list", prefix + ".resources.list", null));
+      resources.read = named("read", mcpRequest(serverName, "resources.read", prefix + ".resources.read", "{ uri: \"...\" }"));
+      resources.templates = named("templates", mcpRequest(serverName, "resources.templates", prefix + ".resources.templates", null));
+      server.resources = freeze(resources);
+    }
+    if (flags & 2) {
+      const prompts = createObject(null);
+      prompts.list = named("list", mcpRequest(serverName, "prompts.list", prefix + ".prompts.list", null));
+      prompts.get = named("get", mcpRequest(serverName, "prompts.get", prefix + ".prompts.get", "{ name: \"...\", arguments: { ... } }"));
+      server.prompts = freeze(prompts);
+    }
+    return freeze(server);
+  }
+
+  function installRunGlobals(ctx) {
+    const valid = ctx !== null && typeof ctx === "object";
+    const entries = valid && isArray(ctx.tools) ? ctx.tools : [];
+    const all = [];
+    for (let i = 0; i < entries.length; i++) all.push(freeze(entries[i]));
+    defineGlobal("ALL_TOOLS", freeze(all));
+    const catalog = createObject(null);
+    catalog.search = search;
+    catalog.describe = describe;
+    catalog.call = callTool;
+    const conveniences = valid && isArray(ctx.conveniences) ? ctx.conveniences : [];
+    for (let i = 0; i < conveniences.length; i++) {
+      const name = conveniences[i][0];
+      const id = conveniences[i][1];
+      if (name === "search" || name === "describe" || name === "call") continue;
+      const send = idRequest("call", id);
+      catalog[name] = { [name](input) { return send(input); } }[name];
+    }
+    defineGlobal("tools", freeze(catalog));
+    const mcp = createObject(null);
+    const servers = valid && isArray(ctx.mcp) ? ctx.mcp : [];
+    for (let i = 0; i < servers.length; i++) mcp[servers[i][0]] = mcpServer(servers[i]);
+    defineGlobal("MCP", freeze(mcp));
+    defineGlobal("namespaces", freeze(createObject(null)));
+  }
+
+  // The virtual declaration files (answered by the host from the run's
+  // catalog; nothing is on disk).
+  const api = createObject(null);
+  api.list = named("list", function (prefix) {
+    return hostRequest("api.list", { prefix: prefix === undefined ? null : prefix });
+  });
+  api.read = named("read", function (path, options) {
+    return hostRequest("api.read", {
+      path: path === undefined ? null : path,
+      options: options === undefined ? null : options,
+    });
+  });
+  defineGlobal("API", freeze(api));
+
+  return function install(ctx) {
+    installRunGlobals(ctx);
+  };
+})

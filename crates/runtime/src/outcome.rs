@@ -1,0 +1,371 @@
+//! What a drive ended in, turned into the model's result: [`Driven`],
+//! the failures and completions of a burst, the telemetry of the run, the
+//! snapshot stored for a waiting run, and the trajectory record of each
+//! exec and wait.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use codemode_sandbox::{Failure, FailureKind, OutputItem, SandboxError, SnapshotError, Vm};
+use codemode_transform::Transformed;
+use serde_json::Value;
+
+use crate::catalog::Catalog;
+use crate::config::Language;
+use crate::result::{
+    CodeModeResult, ErrorCode, Output, PendingToolCall, SnapshotEvent, Telemetry, WaitReason,
+};
+use crate::run_state::{DriveCtx, RunInfo, RunState};
+use crate::session::CodeModeSession;
+use crate::store::{StoreError, SuspendedRun};
+use crate::trajectory::TrajectoryEvent;
+
+/// What a drive of the VM ended in.
+pub(crate) enum Driven {
+    Done(Box<CodeModeResult>),
+    Suspend {
+        vm: Box<Vm>,
+        reason: WaitReason,
+        output: Vec<Output>,
+    },
+}
+
+impl Driven {
+    pub(crate) fn done(result: CodeModeResult) -> Driven {
+        Driven::Done(Box::new(result))
+    }
+}
+
+pub(crate) fn aborted_failure() -> CodeModeResult {
+    CodeModeResult::failure(
+        ErrorCode::Aborted,
+        "the run was aborted (its agent run or session was cancelled); nested calls were cancelled and nothing more will run",
+        Telemetry::default(),
+    )
+}
+
+pub(crate) fn record_call(
+    session: &CodeModeSession,
+    call_id: &str,
+    tool: &'static str,
+    result: CodeModeResult,
+) -> CodeModeResult {
+    record_call_run(session, call_id, tool, None, result)
+}
+
+pub(crate) fn record_call_run(
+    session: &CodeModeSession,
+    call_id: &str,
+    tool: &'static str,
+    run_id: Option<&str>,
+    result: CodeModeResult,
+) -> CodeModeResult {
+    let run_id = match &result {
+        CodeModeResult::Waiting { run_id, .. } => Some(run_id.clone()),
+        _ => run_id.map(str::to_owned),
+    };
+    let language = &result.telemetry().language;
+    session.trajectory.record(TrajectoryEvent::CodeModeCall {
+        call_id: call_id.to_owned(),
+        tool,
+        tool_kind: if tool == "exec" {
+            "code_mode_exec"
+        } else {
+            "code_mode_wait"
+        },
+        tool_input_kind: (tool == "exec").then_some(if language == "typescript" {
+            "typescript"
+        } else {
+            "javascript"
+        }),
+        run_id,
+        status: result.status(),
+        code: result.code().map(ErrorCode::as_str),
+        duration_ms: result.telemetry().duration_ms,
+    });
+    result
+}
+
+/// Fills the run-wide telemetry fields, keeping what the drive measured.
+pub(crate) fn with_telemetry(
+    mut result: CodeModeResult,
+    info: &RunInfo,
+    catalog: &Catalog,
+    started: Instant,
+    events: Vec<SnapshotEvent>,
+) -> CodeModeResult {
+    let telemetry = match &mut result {
+        CodeModeResult::Completed { telemetry, .. }
+        | CodeModeResult::Waiting { telemetry, .. }
+        | CodeModeResult::Failed { telemetry, .. } => telemetry,
+    };
+    let measured = std::mem::take(telemetry);
+    *telemetry = Telemetry {
+        language: info
+            .language
+            .unwrap_or(Language::JavaScript)
+            .as_str()
+            .into(),
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        exec_count: info.exec_count,
+        wait_count: info.wait_count,
+        vm_memory_bytes: measured.vm_memory_bytes,
+        output_bytes: measured.output_bytes,
+        limit_failure: measured.limit_failure,
+        snapshot_events: events,
+        visible_tools: vec!["exec".into(), "wait".into()],
+        catalog_size: catalog.len() as u32,
+        catalog_by_source: catalog.count_by_source(),
+        nested_search_count: info.search_count,
+        nested_describe_count: info.describe_count,
+        nested_api_count: info.api_count,
+        nested_call_count: info.call_count,
+        nested_tool_ids: info.tool_ids.clone(),
+        cancelled_tool_calls: info.cancelled,
+    };
+    result
+}
+
+/// Turns a drive into a result, storing the snapshot of a waiting run.
+pub(crate) fn finish(
+    ctx: &DriveCtx,
+    resumed: Option<&str>,
+    driven: Driven,
+    mut state: RunState,
+    started: Instant,
+    events: &mut Vec<SnapshotEvent>,
+) -> CodeModeResult {
+    let store = &ctx.inner.store;
+    let (vm, reason, output) = match driven {
+        Driven::Done(result) => {
+            if let Some(run_id) = resumed {
+                store.finish(run_id);
+            }
+            state.info.cancelled += state.calls.cancel_all() as u32;
+            return with_telemetry(
+                *result,
+                &state.info,
+                &state.catalog,
+                started,
+                std::mem::take(events),
+            );
+        }
+        Driven::Suspend { vm, reason, output } => (vm, reason, output),
+    };
+    let mut telemetry = Telemetry {
+        vm_memory_bytes: Some(vm.memory_bytes() as u64),
+        output_bytes: output.iter().map(|o| o.size_bytes() as u64).sum(),
+        ..Telemetry::default()
+    };
+    let fail = |state: &mut RunState, result: CodeModeResult, events: &mut Vec<SnapshotEvent>| {
+        if let Some(run_id) = resumed {
+            store.finish(run_id);
+        }
+        state.info.cancelled += state.calls.cancel_all() as u32;
+        with_telemetry(
+            result,
+            &state.info,
+            &state.catalog,
+            started,
+            std::mem::take(events),
+        )
+    };
+    if ctx.scope.is_aborted() {
+        return fail(&mut state, aborted_failure(), events);
+    }
+    let suspend_started = Instant::now();
+    let snapshot = match vm.suspend() {
+        Ok(snapshot) => snapshot,
+        Err(e) => {
+            let mut failed = host_failure(&e);
+            if let CodeModeResult::Failed {
+                output: o,
+                telemetry: t,
+                ..
+            } = &mut failed
+            {
+                *o = output;
+                telemetry.limit_failure = Some(ErrorCode::SnapshotLimitExceeded);
+                *t = telemetry;
+            }
+            return fail(&mut state, failed, events);
+        }
+    };
+    events.push(SnapshotEvent {
+        event: "suspended".into(),
+        bytes: Some(snapshot.size_bytes() as u64),
+        micros: Some(suspend_started.elapsed().as_micros() as u64),
+    });
+    let pending_tool_calls: Vec<PendingToolCall> = state
+        .calls
+        .iter()
+        .map(|c| PendingToolCall {
+            id: c.info.call_id.clone(),
+            tool_id: c.info.tool_id.clone(),
+            method: c.info.method.into(),
+        })
+        .collect();
+    let info = state.info.clone();
+    let catalog = Arc::clone(&state.catalog);
+    let ttl = Duration::from_secs(ctx.inner.config.snapshot_ttl_seconds);
+    let inserted = store.insert(
+        resumed,
+        SuspendedRun {
+            snapshot,
+            state,
+            expires: Instant::now() + ttl,
+        },
+    );
+    let result = match inserted {
+        Ok(run_id) => {
+            if ctx.scope.is_aborted() {
+                // Aborted between the check above and the insert.
+                store.abort_run(&run_id, &ctx.scope.scope);
+                aborted_failure()
+            } else {
+                CodeModeResult::Waiting {
+                    run_id,
+                    reason,
+                    pending_tool_calls,
+                    output,
+                    telemetry,
+                }
+            }
+        }
+        Err(StoreError::Aborted) => aborted_failure(),
+        Err(e) => {
+            telemetry.limit_failure = Some(ErrorCode::SnapshotLimitExceeded);
+            CodeModeResult::Failed {
+                error: e.message(""),
+                code: Some(ErrorCode::SnapshotLimitExceeded),
+                output,
+                telemetry,
+            }
+        }
+    };
+    with_telemetry(result, &info, &catalog, started, std::mem::take(events))
+}
+
+pub(crate) fn host_failure(error: &SandboxError) -> CodeModeResult {
+    let code = match error {
+        SandboxError::Snapshot(SnapshotError::TooLarge { .. }) => ErrorCode::SnapshotLimitExceeded,
+        SandboxError::Snapshot(_) => ErrorCode::SnapshotRestoreFailed,
+        SandboxError::PoolExhausted { .. }
+        | SandboxError::Engine(_)
+        | SandboxError::Abi(_)
+        | SandboxError::Cache { .. } => ErrorCode::RuntimeUnavailable,
+        SandboxError::VmDead | SandboxError::UnknownRequest(_) => ErrorCode::InternalError,
+    };
+    CodeModeResult::failure(code, error.to_string(), Telemetry::default())
+}
+
+pub(crate) fn convert_output(items: Vec<OutputItem>) -> Vec<Output> {
+    items
+        .into_iter()
+        .map(|item| match item {
+            OutputItem::Text(text) => Output::Text { text },
+            OutputItem::Json(value) => Output::Json { value },
+        })
+        .collect()
+}
+
+/// The deadline passed while the host answered the guest's requests.
+pub(crate) fn deadline_failure(vm: &Vm, output: Vec<Output>) -> CodeModeResult {
+    let mut telemetry = vm_telemetry(vm, Some(ErrorCode::Timeout));
+    telemetry.output_bytes = output.iter().map(|o| o.size_bytes() as u64).sum();
+    CodeModeResult::Failed {
+        error: format!(
+            "the cell ran longer than timeoutMs ({} ms) and was stopped (while the host answered its requests)",
+            vm.limits().timeout.as_millis()
+        ),
+        code: Some(ErrorCode::Timeout),
+        output,
+        telemetry,
+    }
+}
+
+pub(crate) fn vm_telemetry(vm: &Vm, limit: Option<ErrorCode>) -> Telemetry {
+    Telemetry {
+        vm_memory_bytes: Some(vm.memory_bytes() as u64),
+        limit_failure: limit,
+        ..Telemetry::default()
+    }
+}
+
+pub(crate) fn completed(vm: &Vm, value: Value, output: Vec<Output>) -> CodeModeResult {
+    let output_bytes: usize = output.iter().map(Output::size_bytes).sum();
+    let value_bytes = crate::calls::json_len(&value) as usize;
+    let limit = vm.limits().max_output_bytes;
+    // One budget for everything this exec or wait returns: output items
+    // (with their per-item cost) and the value.
+    let used = vm.output_budget_used();
+    if used.saturating_add(value_bytes) > limit {
+        let mut telemetry = vm_telemetry(vm, Some(ErrorCode::OutputLimitExceeded));
+        telemetry.output_bytes = output_bytes as u64;
+        return CodeModeResult::Failed {
+            error: format!(
+                "output limit exceeded: the returned value is {value_bytes} bytes of JSON and the output before it used {used}, more than maxOutputBytes ({limit}) for one exec or wait; return a smaller summary"
+            ),
+            code: Some(ErrorCode::OutputLimitExceeded),
+            output,
+            telemetry,
+        };
+    }
+    let mut telemetry = vm_telemetry(vm, None);
+    telemetry.output_bytes = (output_bytes + value_bytes) as u64;
+    CodeModeResult::Completed {
+        value,
+        output,
+        telemetry,
+    }
+}
+
+pub(crate) fn failed(
+    vm: &Vm,
+    failure: &Failure,
+    output: Vec<Output>,
+    source_map: Option<&Transformed>,
+) -> CodeModeResult {
+    let host_code = failure.code.as_deref().and_then(ErrorCode::from_wire);
+    let code = match failure.kind {
+        FailureKind::Exception => host_code,
+        FailureKind::StackOverflow => None,
+        FailureKind::Timeout => Some(ErrorCode::Timeout),
+        FailureKind::MemoryLimit => Some(ErrorCode::MemoryLimitExceeded),
+        FailureKind::OutputLimit => Some(ErrorCode::OutputLimitExceeded),
+        FailureKind::TooManyRequests => Some(ErrorCode::TooManyPendingToolCalls),
+        FailureKind::InvalidResult | FailureKind::Crashed => Some(ErrorCode::InternalError),
+        FailureKind::Aborted => Some(ErrorCode::Aborted),
+    };
+    let mut error = match (&failure.name, failure.kind) {
+        (Some(name), FailureKind::Exception) => format!("{name}: {}", failure.message),
+        _ => failure.message.clone(),
+    };
+    match (failure.line, failure.column, source_map) {
+        (Some(line), column, Some(map)) => {
+            // The model wrote TypeScript: name its line, not the generated one.
+            let (line, column) = map.original_position(line, column.unwrap_or(1));
+            error.push_str(&format!(" (line {line}, column {column})"));
+        }
+        (Some(line), Some(column), None) => {
+            error.push_str(&format!(" (line {line}, column {column})"));
+        }
+        (Some(line), None, None) => error.push_str(&format!(" (line {line})")),
+        _ => {}
+    }
+    let limit = match failure.kind {
+        FailureKind::Timeout
+        | FailureKind::MemoryLimit
+        | FailureKind::OutputLimit
+        | FailureKind::TooManyRequests => code,
+        _ => None,
+    };
+    let mut telemetry = vm_telemetry(vm, limit);
+    telemetry.output_bytes = output.iter().map(|o| o.size_bytes() as u64).sum();
+    CodeModeResult::Failed {
+        error,
+        code,
+        output,
+        telemetry,
+    }
+}
