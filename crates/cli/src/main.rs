@@ -193,6 +193,7 @@ fn load_config(path: Option<&PathBuf>) -> Result<(GatewayConfig, Vec<Diagnostic>
                 code_mode: CodeModeConfig::default(),
                 code_mode_given: false,
                 servers: Vec::new(),
+                policy: ToolPolicy::default(),
             },
             Vec::new(),
         ));
@@ -316,7 +317,7 @@ fn catalog(config: &PathBuf) -> Result<ExitCode> {
     print_diagnostics(&diagnostics);
     let tokio = tokio_runtime()?;
     tokio.block_on(async move {
-        let upstreams = Upstreams::start(config.servers, ToolPolicy::default());
+        let upstreams = Upstreams::start(config.servers, config.policy);
         upstreams.started().await;
         let catalog = upstreams.catalog();
         use std::io::Write;
@@ -367,7 +368,9 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
     let (config, diagnostics) = load_config(config.as_ref())?;
     print_diagnostics(&diagnostics);
     let tools = load_tools(tools.as_deref())?;
-    let policy = ToolPolicy { allow: None, deny };
+    // `--deny` adds to the config's `tools.deny`.
+    let mut policy = config.policy.clone();
+    policy.deny.extend(deny);
     let code = match file.as_deref() {
         None => read_stdin()?,
         Some(p) if p.as_os_str() == "-" => read_stdin()?,

@@ -63,3 +63,100 @@ fn catalog_lists_every_upstream_tool_with_its_call() {
         "the server that cannot start is reported: {err}"
     );
 }
+
+#[test]
+fn tool_policy_removes_tools_from_every_view_of_the_catalog() {
+    let dir = common::ensure_npm_installed();
+    let server = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let config = std::env::temp_dir().join(format!("codemode-policy-{}.json5", std::process::id()));
+    // Per server: only echo and get-*, but nothing with "sum"; for every
+    // server: not echo (by its id).
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{
+              tools: {{ deny: ["mcp:everything:echo"] }},
+              mcpServers: {{ everything: {{ command: "node", args: [{:?}], allowTools: ["echo", "get-*"], denyTools: ["*sum*"] }} }},
+            }}"#,
+            server.to_string_lossy()
+        ),
+    )
+    .expect("write config");
+    let config = config.to_str().expect("utf-8 path");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["catalog", "--config", config])
+        .output()
+        .expect("codemode runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("one JSON object per line");
+            v["id"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert!(!ids.is_empty(), "some get-* tools stay");
+    for id in &ids {
+        assert!(
+            id.starts_with("mcp:everything:get-"),
+            "{id} is not allowed: {ids:?}"
+        );
+        assert!(!id.contains("sum"), "{id} is denied: {ids:?}");
+    }
+
+    let cell = r#"
+        const names = Object.keys(MCP.everything).filter((k) => typeof MCP.everything[k] === "function" && k !== "$api");
+        const dts = await API.read("mcp/everything.d.ts");
+        const found = await tools.search("sum echo", { limit: 50 });
+        return {
+          names,
+          getSum: typeof MCP.everything.getSum,
+          echo: typeof MCP.everything.echo,
+          dtsMentions: ["getSum", "echo(", "get-sum"].filter((w) => dts.includes(w)),
+          searchIds: JSON.stringify(found).match(/mcp:everything:[a-z-]+/g) ?? [],
+        };
+    "#;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["exec", "--config", config, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("codemode runs");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(cell.as_bytes()).expect("write the cell");
+    }
+    let out = child.wait_with_output().expect("codemode exits");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let result: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON result ({e}): {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(result["status"], "completed", "{result}");
+    let value = &result["value"];
+    assert_eq!(value["getSum"], "undefined", "{value}");
+    assert_eq!(value["echo"], "undefined", "{value}");
+    assert_eq!(value["dtsMentions"], serde_json::json!([]), "{value}");
+    let names = value["names"].as_array().expect("names");
+    assert_eq!(
+        names.len(),
+        ids.len(),
+        "MCP.everything holds exactly the catalog: {value}"
+    );
+    for id in value["searchIds"].as_array().expect("search ids") {
+        let id = id.as_str().unwrap_or_default();
+        assert!(
+            ids.iter().any(|kept| kept == id),
+            "search found a removed tool {id}"
+        );
+    }
+}

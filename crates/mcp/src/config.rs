@@ -22,7 +22,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use codemode_runtime::{CodeModeConfig, ConfigError, Diagnostic};
+use codemode_runtime::{CodeModeConfig, ConfigError, Diagnostic, ToolPolicy};
 use serde_json::{Map, Value};
 
 /// A value that must not be shown: `Debug` and `Display` print `<redacted>`.
@@ -95,6 +95,11 @@ pub struct McpServerConfig {
     /// What the server is for, as the operator wrote it (`description`):
     /// shown to the model in place of the server's own `instructions`.
     pub description: Option<String>,
+    /// Which of its tools exist for code mode (`allowTools` / `denyTools`,
+    /// globs over the upstream tool names; deny wins). The others are
+    /// absent from the catalog, `MCP.<server>` and the declarations, and
+    /// are refused even by a guessed name.
+    pub tools: ToolPolicy,
 }
 
 /// A whole gateway config.
@@ -107,6 +112,9 @@ pub struct GatewayConfig {
     pub code_mode_given: bool,
     /// Enabled upstream servers, by name.
     pub servers: Vec<McpServerConfig>,
+    /// `tools.allow` / `tools.deny`: globs over catalog names or ids
+    /// (`mcp:<server>:<tool>`), for every server at once.
+    pub policy: ToolPolicy,
 }
 
 /// Everything wrong with a config file.
@@ -154,19 +162,30 @@ pub fn parse_config(
     };
     let mut code_mode = CodeModeConfig::default();
     let mut code_mode_given = false;
+    let mut policy = ToolPolicy::default();
     for (key, value) in object {
         match key.as_str() {
             "tools" => match value {
                 Value::Object(tools) => {
+                    let mut fields = Fields {
+                        path: "tools",
+                        object: tools,
+                        env,
+                        errors: &mut errors,
+                    };
+                    policy.allow = fields.globs("allow");
+                    policy.deny = fields.globs("deny").unwrap_or_default();
                     for (key, value) in tools {
-                        if key == "codeMode" {
-                            code_mode_given = true;
-                            let (config, d, e) = CodeModeConfig::check_value(value);
-                            code_mode = config;
-                            diagnostics.extend(d);
-                            errors.extend(e);
-                        } else {
-                            diagnostics.push(unknown(&format!("tools.{key}")));
+                        match key.as_str() {
+                            "codeMode" => {
+                                code_mode_given = true;
+                                let (config, d, e) = CodeModeConfig::check_value(value);
+                                code_mode = config;
+                                diagnostics.extend(d);
+                                errors.extend(e);
+                            }
+                            "allow" | "deny" => {}
+                            _ => diagnostics.push(unknown(&format!("tools.{key}"))),
                         }
                     }
                 }
@@ -200,6 +219,7 @@ pub fn parse_config(
                 code_mode,
                 code_mode_given,
                 servers,
+                policy,
             },
             diagnostics,
         ))
@@ -316,6 +336,24 @@ impl Fields<'_> {
         }
     }
 
+    /// A list of tool-name globs (`*`, `?`); `None` when absent.
+    fn globs(&mut self, key: &str) -> Option<Vec<String>> {
+        self.object.get(key)?;
+        let before = self.errors.len();
+        let patterns = self.strings(key);
+        for (i, pattern) in patterns.iter().enumerate() {
+            if pattern.trim().is_empty() || pattern.len() > MAX_PATTERN_BYTES {
+                self.errors.push(ConfigError {
+                    path: format!("{}[{i}]", join(self.path, key)),
+                    message: format!(
+                        "expected a tool-name pattern of 1 to {MAX_PATTERN_BYTES} bytes, like \"read_*\" (`*` and `?` are wildcards)"
+                    ),
+                });
+            }
+        }
+        (self.errors.len() == before).then_some(patterns)
+    }
+
     fn secrets(&mut self, key: &str) -> BTreeMap<String, Secret> {
         match self.object.get(key) {
             None => BTreeMap::new(),
@@ -367,7 +405,12 @@ impl Fields<'_> {
     }
 }
 
-const KNOWN_FIELDS: [&str; 11] = [
+/// Longest tool-name pattern in `allowTools` / `denyTools` / `tools.allow`.
+const MAX_PATTERN_BYTES: usize = 256;
+
+const KNOWN_FIELDS: [&str; 13] = [
+    "allowTools",
+    "denyTools",
     "type",
     "command",
     "args",
@@ -425,6 +468,10 @@ fn parse_server(
     let call_timeout = fields.millis("timeoutMs", DEFAULT_CALL_TIMEOUT_MS);
     let startup_timeout = fields.millis("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS);
     let description = fields.string("description");
+    let tools = ToolPolicy {
+        allow: fields.globs("allowTools"),
+        deny: fields.globs("denyTools").unwrap_or_default(),
+    };
     let wants_http = match kind.as_deref() {
         None => url.is_some() && command.is_none(),
         Some("stdio") => false,
@@ -509,6 +556,7 @@ fn parse_server(
         call_timeout,
         startup_timeout,
         description,
+        tools,
     })
 }
 
@@ -677,6 +725,50 @@ mod tests {
             parse(r#"{ extra: 1, mcpServers: { a: { command: "x", autoApprove: [] } } }"#).unwrap();
         let paths: Vec<&str> = diagnostics.iter().map(|d| d.path.as_str()).collect();
         assert_eq!(paths, ["extra", "mcpServers.a.autoApprove"]);
+    }
+
+    #[test]
+    fn tool_policy_globs_per_server_and_for_all() {
+        let (config, diagnostics) = parse(
+            r#"{
+              tools: { allow: ["mcp:fs:*", "lookup"], deny: ["*delete*"] },
+              mcpServers: {
+                fs: { command: "fs", allowTools: ["read_*", "list_*"], denyTools: ["read_secret*"] },
+                open: { command: "open" },
+              },
+            }"#,
+        )
+        .unwrap();
+        assert!(diagnostics.is_empty(), "{diagnostics:?}");
+        assert_eq!(
+            config.policy,
+            ToolPolicy {
+                allow: Some(vec!["mcp:fs:*".into(), "lookup".into()]),
+                deny: vec!["*delete*".into()],
+            }
+        );
+        let fs = &config.servers[0];
+        assert!(fs.tools.permits("read_file", "read_file"));
+        assert!(fs.tools.permits("list_dir", "list_dir"));
+        assert!(!fs.tools.permits("read_secrets", "read_secrets"));
+        assert!(!fs.tools.permits("write_file", "write_file"));
+        assert_eq!(config.servers[1].tools, ToolPolicy::default());
+
+        let problems = parse(
+            r#"{ tools: { deny: "x" }, mcpServers: { fs: { command: "fs", allowTools: ["", 3], denyTools: {} } } }"#,
+        )
+        .unwrap_err();
+        let paths: Vec<_> = problems.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "tools.deny",
+                "mcpServers.fs.allowTools[1]",
+                "mcpServers.fs.allowTools[0]",
+                "mcpServers.fs.denyTools"
+            ],
+            "{problems}"
+        );
     }
 
     #[test]

@@ -59,7 +59,9 @@ pub enum GatewayError {
 /// Options beyond the config file.
 #[derive(Debug, Clone, Default)]
 pub struct GatewayOptions {
-    /// Tools removed by policy (name or id), on top of the config.
+    /// Policy on top of the config's `tools.allow` / `tools.deny`: its
+    /// `deny` patterns are added to the config's; its `allow`, when set,
+    /// replaces the config's.
     pub policy: ToolPolicy,
     /// Host names an HTTP client may use besides loopback (the `Host`
     /// header check against DNS rebinding).
@@ -117,7 +119,12 @@ impl Gateway {
             return Err(GatewayError::Disabled);
         }
         let runtime = CodeModeRuntime::new(code_mode)?;
-        let upstreams = Upstreams::start(config.servers, options.policy);
+        let mut policy = config.policy;
+        policy.deny.extend(options.policy.deny);
+        if options.policy.allow.is_some() {
+            policy.allow = options.policy.allow;
+        }
+        let upstreams = Upstreams::start(config.servers, policy);
         Ok(Gateway {
             shared: Arc::new(Shared {
                 runtime,

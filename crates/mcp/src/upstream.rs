@@ -153,6 +153,11 @@ impl Upstream {
         &self.config.name
     }
 
+    /// Whether its `allowTools` / `denyTools` keep the tool `name`.
+    pub fn permits_tool(&self, name: &str) -> bool {
+        self.config.tools.permits(name, name)
+    }
+
     /// The config's `description` of the server, if any.
     pub fn description(&self) -> Option<&str> {
         self.config.description.as_deref()

@@ -122,6 +122,9 @@ impl Upstreams {
             }
             infos.push(info);
             for tool in snapshot.tools.iter() {
+                if !server.permits_tool(&tool.name) {
+                    continue;
+                }
                 let mut definition =
                     ToolDefinition::new(ToolSource::Mcp, server.name(), &tool.name)
                         .with_description(tool.description.as_deref().unwrap_or(""))
@@ -188,6 +191,14 @@ impl ToolExecutor for UpstreamExecutor {
                     tool.source_name
                 )));
             };
+            // The catalog never holds a tool the server's policy denies;
+            // refuse here too, whatever id reached this executor.
+            if !server.permits_tool(&tool.name) {
+                return Err(ToolCallError::new(format!(
+                    "MCP server `{}`: tool `{}` is not allowed by this gateway's policy (allowTools/denyTools)",
+                    tool.source_name, tool.name
+                )));
+            }
             let input = match call.input {
                 Value::Object(map) => map,
                 _ => serde_json::Map::new(),

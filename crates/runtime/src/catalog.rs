@@ -213,8 +213,10 @@ pub enum CatalogError {
     },
 }
 
-/// Allow and deny policy, applied before cataloguing. A pattern matches a
-/// tool's name or its full id; deny wins over allow.
+/// Allow and deny policy, applied before cataloguing. A pattern is a glob
+/// (`*` any run of characters, `?` one character, nothing else special)
+/// that matches a tool's name or its full id; deny wins over allow.
+/// A denied tool is absent from the catalog, so nothing can call it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolPolicy {
     /// When set, only these tools are kept.
@@ -224,8 +226,9 @@ pub struct ToolPolicy {
 }
 
 impl ToolPolicy {
-    fn permits(&self, name: &str, id: &str) -> bool {
-        let hit = |p: &String| p == name || p == id;
+    /// Whether a tool with this name and id is kept.
+    pub fn permits(&self, name: &str, id: &str) -> bool {
+        let hit = |p: &String| glob_matches(p, name) || glob_matches(p, id);
         if self.deny.iter().any(hit) {
             return false;
         }
@@ -233,6 +236,11 @@ impl ToolPolicy {
             .as_ref()
             .is_none_or(|allow| allow.iter().any(hit))
     }
+}
+
+/// Whether `text` matches the glob `pattern` (`*` and `?` only).
+pub fn glob_matches(pattern: &str, text: &str) -> bool {
+    wildmatch::WildMatch::new(pattern).matches(text)
 }
 
 /// A catalogued tool.
@@ -800,6 +808,26 @@ mod tests {
         let names: Vec<&str> = c.conveniences().iter().map(|(n, _)| n.as_str()).collect();
         // `read` collides (core and plugin), MCP tools are left out.
         assert_eq!(names, ["exec", "browser_request", "select_file"]);
+    }
+
+    #[test]
+    fn policy_globs_match_names_and_ids() {
+        assert!(glob_matches("read_*", "read_file"));
+        assert!(glob_matches("*delete*", "bulk_delete_rows"));
+        assert!(glob_matches("mcp:fs:*", "mcp:fs:write"));
+        assert!(glob_matches("get?", "getx"));
+        assert!(!glob_matches("get?", "get"));
+        assert!(!glob_matches("read_*", "unread_file"));
+        // Only `*` and `?` are special: brackets are literal.
+        assert!(!glob_matches("[ab]", "a"));
+        let policy = ToolPolicy {
+            allow: Some(vec!["mcp:fs:*".into(), "lookup".into()]),
+            deny: vec!["*write*".into()],
+        };
+        assert!(policy.permits("read", "mcp:fs:read"));
+        assert!(!policy.permits("write", "mcp:fs:write"));
+        assert!(policy.permits("lookup", "client:app:lookup"));
+        assert!(!policy.permits("other", "client:app:other"));
     }
 
     #[test]

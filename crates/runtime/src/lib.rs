@@ -84,7 +84,7 @@ mod trajectory;
 
 pub use catalog::{
     CONTROL_TOOL_NAMES, Catalog, CatalogEntry, CatalogError, Excluded, ToolDefinition, ToolPolicy,
-    ToolSource,
+    ToolSource, glob_matches,
 };
 pub use session::{
     CallCanceller, CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext,
