@@ -5,6 +5,7 @@
 //! misbehaving `e2e/servers/flaky.mjs`). The scenarios and their
 //! assertions are in `e2e/gateway.test.mjs`; this test runs them against
 //! the binary cargo just built.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
 
@@ -24,6 +25,21 @@ fn typescript_mcp_client_against_the_gateway_over_stdio_and_http() {
     assert!(!out.contains("ℹ pass 0"), "{out}");
 }
 
+/// `codemode catalog --config FILE`: its JSON lines and its stderr.
+fn catalog(config: &str) -> (Vec<serde_json::Value>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["catalog", "--config", config])
+        .output()
+        .expect("codemode runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    (lines, err)
+}
+
 #[test]
 fn catalog_lists_every_upstream_tool_with_its_call() {
     let dir = common::ensure_npm_installed();
@@ -38,26 +54,13 @@ fn catalog_lists_every_upstream_tool_with_its_call() {
         ),
     )
     .expect("write config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
-        .args(["catalog", "--config", config.to_str().expect("utf-8 path")])
-        .output()
-        .expect("codemode runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect();
+    let (lines, err) = catalog(config.to_str().expect("utf-8 path"));
     let sum = lines
         .iter()
         .find(|l| l["id"] == "mcp:everything:get-sum")
         .expect("get-sum is listed");
     assert_eq!(sum["call"], "MCP.everything.getSum");
     assert!(lines.len() >= 10, "{lines:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("MCP server `ghost`"),
         "the server that cannot start is reported: {err}"
@@ -84,21 +87,10 @@ fn tool_policy_removes_tools_from_every_view_of_the_catalog() {
     .expect("write config");
     let config = config.to_str().expect("utf-8 path");
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
-        .args(["catalog", "--config", config])
-        .output()
-        .expect("codemode runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("one JSON object per line");
-            v["id"].as_str().unwrap_or_default().to_owned()
-        })
+    let ids: Vec<String> = catalog(config)
+        .0
+        .iter()
+        .map(|line| line["id"].as_str().unwrap_or_default().to_owned())
         .collect();
     assert!(!ids.is_empty(), "some get-* tools stay");
     for id in &ids {

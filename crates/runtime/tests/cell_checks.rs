@@ -7,15 +7,8 @@
 mod common;
 
 use codemode_runtime::exec_hook_metadata;
-use common::{Scripted, exec, session, shared};
+use common::{Scripted, exec, run, session, shared};
 use serde_json::{Value, json};
-
-async fn run(code: &str, language: &str) -> Value {
-    let s = session(shared(), Vec::new(), Scripted::default());
-    s.exec(&json!({ "code": code, "language": language }))
-        .await
-        .to_json()
-}
 
 #[tokio::test]
 async fn code_and_command_rules() {

@@ -9,15 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codemode_runtime::{RuntimeOptions, ToolSource};
-use common::{Behaviour, Scripted, exec, runtime_with, session, shared, tool, wait};
+use common::{Behaviour, Scripted, exec, run, runtime_with, session, shared, tool, wait};
 use serde_json::{Value, json};
-
-async fn run(code: &str, language: &str) -> Value {
-    let s = session(shared(), Vec::new(), Scripted::default());
-    s.exec(&json!({ "code": code, "language": language }))
-        .await
-        .to_json()
-}
 
 fn assert_failed(result: &Value, code: Option<&str>, needle: &str) {
     assert_eq!(result["status"], "failed", "{result}");

@@ -199,3 +199,12 @@ pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// One cell in `language` in a fresh session of the shared runtime with no
+/// tools; its result as JSON.
+pub async fn run(code: &str, language: &str) -> Value {
+    let s = session(shared(), Vec::new(), Scripted::default());
+    s.exec(&json!({ "code": code, "language": language }))
+        .await
+        .to_json()
+}
