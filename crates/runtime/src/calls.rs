@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use crate::result::{CallOutcome, CallReceipt, Receipts};
 use crate::session::{ToolCallError, ToolFuture};
 use crate::trajectory::{Trajectory, TrajectoryEvent};
 
@@ -56,6 +57,15 @@ pub(crate) struct Finished {
     pub(crate) outcome: Result<Value, ToolCallError>,
 }
 
+/// Why the calls in flight are cancelled: what their receipts say.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Cancel {
+    /// An abort or cancellation of the run.
+    Aborted,
+    /// The run ended (returned, failed, timed out) with calls running.
+    RunEnded,
+}
+
 /// The calls of one run, and the channel their results come back on.
 pub(crate) struct Calls {
     inflight: BTreeMap<u32, InFlight>,
@@ -63,6 +73,8 @@ pub(crate) struct Calls {
     rx: Receiver<Msg>,
     next: u64,
     trajectory: Trajectory,
+    /// Calls that ended since the current exec/wait began.
+    receipts: Receipts,
 }
 
 impl Calls {
@@ -74,7 +86,22 @@ impl Calls {
             rx,
             next: 0,
             trajectory,
+            receipts: Receipts::default(),
         }
+    }
+
+    /// The receipts of the calls that ended since the last take (one
+    /// exec/wait's worth).
+    pub(crate) fn take_receipts(&mut self) -> Receipts {
+        std::mem::take(&mut self.receipts)
+    }
+
+    fn receipt(&mut self, info: &CallInfo, outcome: CallOutcome) {
+        self.receipts.push(CallReceipt {
+            id: info.call_id.clone(),
+            tool_id: info.tool_id.clone(),
+            outcome,
+        });
     }
 
     pub(crate) fn sender(&self) -> Sender<Msg> {
@@ -118,6 +145,7 @@ impl Calls {
         match first {
             Poll::Ready(outcome) => {
                 self.trajectory.record(event(&info, &outcome, started));
+                self.receipt(&info, outcome_of(&outcome));
                 Some(outcome)
             }
             Poll::Pending => {
@@ -151,6 +179,7 @@ impl Calls {
         let record = self.inflight.remove(&request_id)?;
         self.trajectory
             .record(event(&record.info, &outcome, record.started));
+        self.receipt(&record.info, outcome_of(&outcome));
         Some(Finished {
             request_id,
             tool_id: record.info.tool_id,
@@ -175,10 +204,15 @@ impl Calls {
     }
 
     /// Cancels every call in flight; returns how many there were.
-    pub(crate) fn cancel_all(&mut self) -> usize {
+    pub(crate) fn cancel_all(&mut self, why: Cancel) -> usize {
         let n = self.inflight.len();
+        let outcome = match why {
+            Cancel::Aborted => CallOutcome::Cancelled,
+            Cancel::RunEnded => CallOutcome::Unknown,
+        };
         for (_, call) in std::mem::take(&mut self.inflight) {
             call.handle.abort();
+            self.receipt(&call.info, outcome);
             self.trajectory.record(TrajectoryEvent::NestedToolCall {
                 parent_call_id: call.info.parent_call_id,
                 call_id: call.info.call_id,
@@ -196,7 +230,8 @@ impl Calls {
 
 impl Drop for Calls {
     fn drop(&mut self) {
-        self.cancel_all();
+        // Expiry or a dropped scope: no result carries these receipts.
+        self.cancel_all(Cancel::Aborted);
     }
 }
 
@@ -217,6 +252,13 @@ pub(crate) fn json_len(value: &Value) -> u64 {
     match serde_json::to_writer(&mut count, value) {
         Ok(()) => count.0,
         Err(_) => 0,
+    }
+}
+
+fn outcome_of(outcome: &Result<Value, ToolCallError>) -> CallOutcome {
+    match outcome {
+        Ok(_) => CallOutcome::Ok,
+        Err(_) => CallOutcome::Failed,
     }
 }
 

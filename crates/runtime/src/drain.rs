@@ -10,12 +10,12 @@ use codemode_sandbox::{FailureKind, Settlement, Step, Vm};
 use serde_json::Value;
 
 use crate::bridge::{handle_request, settlement};
-use crate::calls::Msg;
+use crate::calls::{Cancel, Msg};
 use crate::outcome::{
     Driven, aborted_failure, completed, convert_output, deadline_failure, failed, host_failure,
     vm_telemetry,
 };
-use crate::result::{CodeModeResult, ErrorCode, WaitReason};
+use crate::result::{CodeModeResult, ErrorCode, Receipts, WaitReason};
 use crate::run_state::{DriveCtx, RunState};
 
 /// Runs `f` with the run registered as live in its scope, so an abort
@@ -59,7 +59,7 @@ pub(crate) fn drive(
         match step {
             Step::Completed(value) => finished = Some(value),
             Step::Failed(failure) if failure.kind == FailureKind::Aborted => {
-                state.info.cancelled += state.calls.cancel_all() as u32;
+                state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
                 return Driven::done(aborted_failure());
             }
             Step::Failed(failure) => {
@@ -76,14 +76,14 @@ pub(crate) fn drive(
             handle_request(ctx, state, request, &mut ready);
         }
         if ctx.limits.cancel.is_cancelled() {
-            state.info.cancelled += state.calls.cancel_all() as u32;
+            state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
             return Driven::done(aborted_failure());
         }
         if !ready.is_empty() && Instant::now() >= ctx.delivery_deadline() {
             if let Some(value) = finished {
                 // The cell already returned: late fire-and-forget results
                 // are dropped with their calls.
-                state.info.cancelled += state.calls.cancel_all() as u32;
+                state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
                 return Driven::done(completed(&vm, value, output));
             }
             state.carried.extend(ready.drain(..));
@@ -111,6 +111,7 @@ pub(crate) fn drive(
                         .into(),
                     code: None,
                     output,
+                    receipts: Receipts::default(),
                     telemetry: vm_telemetry(&vm, None),
                 });
             }
@@ -145,12 +146,12 @@ pub(crate) fn drive(
                 }
             }
             Ok(Msg::Abort) => {
-                state.info.cancelled += state.calls.cancel_all() as u32;
+                state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
                 return Driven::done(aborted_failure());
             }
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                 if let Some(value) = finished {
-                    state.info.cancelled += state.calls.cancel_all() as u32;
+                    state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
                     return Driven::done(completed(&vm, value, output));
                 }
                 return Driven::Suspend {

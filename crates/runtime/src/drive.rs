@@ -10,13 +10,14 @@ use codemode_sandbox::{Settlement, Step};
 use serde_json::Value;
 
 use crate::bridge::settlement;
+use crate::calls::Cancel;
 use crate::drain::{drive, live};
 use crate::input::{ExecInput, WaitInput};
 use crate::outcome::{
     Driven, aborted_failure, finish, host_failure, record_call, record_call_run, with_telemetry,
 };
 use crate::prepare::prepare;
-use crate::result::{CodeModeResult, ErrorCode, SnapshotEvent, Telemetry};
+use crate::result::{CodeModeResult, ErrorCode, Receipts, SnapshotEvent, Telemetry};
 use crate::run_state::{DriveCtx, RunInfo, RunState};
 use crate::session::CodeModeSession;
 use crate::store::{StoreError, SuspendedRun};
@@ -41,6 +42,7 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                         error: refused.message,
                         code: refused.code,
                         output: Vec::new(),
+                        receipts: Receipts::default(),
                         telemetry: Telemetry::default(),
                     };
                     let result =
@@ -214,7 +216,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         ready.extend(state.carried.drain(..));
         let (arrived, aborted) = state.calls.arrived();
         let driven = if aborted {
-            state.info.cancelled += state.calls.cancel_all() as u32;
+            state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
             Driven::done(aborted_failure())
         } else {
             ready.extend(arrived.into_iter().map(|f| settlement(&ctx, f)));

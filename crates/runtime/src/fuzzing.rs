@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::bridge::handle_request;
+use crate::calls::Cancel;
 use crate::catalog::{Catalog, ToolDefinition, ToolPolicy, ToolSource};
 use crate::config::{CodeModeConfig, Language};
 use crate::input::ExecInput;
@@ -172,7 +173,7 @@ impl BridgeFuzzer {
             answered || in_flight || yielded,
             "request {method:?} got no answer"
         );
-        state.calls.cancel_all();
+        state.calls.cancel_all(Cancel::Aborted);
     }
 }
 

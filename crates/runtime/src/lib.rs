@@ -107,6 +107,7 @@ pub use guest_api::guest_api;
 pub use input::{ExecInput, InputError, WaitInput};
 pub use mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView, js_identifier};
 pub use result::{
-    CodeModeResult, ErrorCode, Output, PendingToolCall, SnapshotEvent, Telemetry, WaitReason,
+    CallOutcome, CallReceipt, CodeModeResult, ErrorCode, MAX_CALL_RECEIPTS, Output,
+    PendingToolCall, Receipts, SnapshotEvent, Telemetry, WaitReason,
 };
 pub use runtime::{CodeModeRuntime, RuntimeError, RuntimeOptions};

@@ -10,10 +10,12 @@ use codemode_sandbox::{Failure, FailureKind, OutputItem, SandboxError, SnapshotE
 use codemode_transform::Transformed;
 use serde_json::Value;
 
+use crate::calls::Cancel;
 use crate::catalog::Catalog;
 use crate::config::Language;
 use crate::result::{
-    CodeModeResult, ErrorCode, Output, PendingToolCall, SnapshotEvent, Telemetry, WaitReason,
+    CodeModeResult, ErrorCode, Output, PendingToolCall, Receipts, SnapshotEvent, Telemetry,
+    WaitReason,
 };
 use crate::run_state::{DriveCtx, RunInfo, RunState};
 use crate::session::CodeModeSession;
@@ -141,14 +143,16 @@ pub(crate) fn finish(
             if let Some(run_id) = resumed {
                 store.finish(run_id);
             }
-            state.info.cancelled += state.calls.cancel_all() as u32;
-            return with_telemetry(
+            state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
+            let mut result = with_telemetry(
                 *result,
                 &state.info,
                 &state.catalog,
                 started,
                 std::mem::take(events),
             );
+            *result.receipts_mut() = state.calls.take_receipts();
+            return result;
         }
         Driven::Suspend { vm, reason, output } => (vm, reason, output),
     };
@@ -157,21 +161,26 @@ pub(crate) fn finish(
         output_bytes: output.iter().map(|o| o.size_bytes() as u64).sum(),
         ..Telemetry::default()
     };
-    let fail = |state: &mut RunState, result: CodeModeResult, events: &mut Vec<SnapshotEvent>| {
+    let fail = |state: &mut RunState,
+                result: CodeModeResult,
+                why: Cancel,
+                events: &mut Vec<SnapshotEvent>| {
         if let Some(run_id) = resumed {
             store.finish(run_id);
         }
-        state.info.cancelled += state.calls.cancel_all() as u32;
-        with_telemetry(
+        state.info.cancelled += state.calls.cancel_all(why) as u32;
+        let mut result = with_telemetry(
             result,
             &state.info,
             &state.catalog,
             started,
             std::mem::take(events),
-        )
+        );
+        *result.receipts_mut() = state.calls.take_receipts();
+        result
     };
     if ctx.scope.is_aborted() {
-        return fail(&mut state, aborted_failure(), events);
+        return fail(&mut state, aborted_failure(), Cancel::Aborted, events);
     }
     let suspend_started = Instant::now();
     let snapshot = match vm.suspend() {
@@ -188,7 +197,7 @@ pub(crate) fn finish(
                 telemetry.limit_failure = Some(ErrorCode::SnapshotLimitExceeded);
                 *t = telemetry;
             }
-            return fail(&mut state, failed, events);
+            return fail(&mut state, failed, Cancel::RunEnded, events);
         }
     };
     events.push(SnapshotEvent {
@@ -205,6 +214,7 @@ pub(crate) fn finish(
             method: c.info.method.into(),
         })
         .collect();
+    let receipts = state.calls.take_receipts();
     let info = state.info.clone();
     let catalog = Arc::clone(&state.catalog);
     let ttl = Duration::from_secs(ctx.inner.config.snapshot_ttl_seconds);
@@ -228,6 +238,7 @@ pub(crate) fn finish(
                     reason,
                     pending_tool_calls,
                     output,
+                    receipts: Receipts::default(),
                     telemetry,
                 }
             }
@@ -239,11 +250,16 @@ pub(crate) fn finish(
                 error: e.message(""),
                 code: Some(ErrorCode::SnapshotLimitExceeded),
                 output,
+                receipts: Receipts::default(),
                 telemetry,
             }
         }
     };
-    with_telemetry(result, &info, &catalog, started, std::mem::take(events))
+    let mut result = with_telemetry(result, &info, &catalog, started, std::mem::take(events));
+    // Calls that ended before the suspend happened, whatever became of the
+    // run: the model must learn of their effects.
+    *result.receipts_mut() = receipts;
+    result
 }
 
 pub(crate) fn host_failure(error: &SandboxError) -> CodeModeResult {
@@ -280,6 +296,7 @@ pub(crate) fn deadline_failure(vm: &Vm, output: Vec<Output>) -> CodeModeResult {
         ),
         code: Some(ErrorCode::Timeout),
         output,
+        receipts: Receipts::default(),
         telemetry,
     }
 }
@@ -308,6 +325,7 @@ pub(crate) fn completed(vm: &Vm, value: Value, output: Vec<Output>) -> CodeModeR
             ),
             code: Some(ErrorCode::OutputLimitExceeded),
             output,
+            receipts: Receipts::default(),
             telemetry,
         };
     }
@@ -316,6 +334,7 @@ pub(crate) fn completed(vm: &Vm, value: Value, output: Vec<Output>) -> CodeModeR
     CodeModeResult::Completed {
         value,
         output,
+        receipts: Receipts::default(),
         telemetry,
     }
 }
@@ -366,6 +385,7 @@ pub(crate) fn failed(
         error,
         code,
         output,
+        receipts: Receipts::default(),
         telemetry,
     }
 }

@@ -2,7 +2,8 @@
 //! form.
 //!
 //! Field names are exactly the contract's: `status`, `value`, `output`,
-//! `telemetry`, `runId`, `reason`, `pendingToolCalls`, `error`, `code`.
+//! `telemetry`, `runId`, `reason`, `pendingToolCalls`, `error`, `code`, plus
+//! the effect receipts `nestedCalls` / `nestedCallsOmitted`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -110,6 +111,68 @@ pub struct PendingToolCall {
     pub method: String,
 }
 
+/// What became of a nested call (an effect receipt): ids, no input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallReceipt {
+    /// The nested call's id.
+    pub id: String,
+    /// The catalog id of the tool (`mcp:<server>:<method>` for resource
+    /// and prompt requests).
+    pub tool_id: String,
+    /// How it ended.
+    pub outcome: CallOutcome,
+}
+
+/// How a nested call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallOutcome {
+    /// It answered with a result: its effect happened.
+    Ok,
+    /// It answered with an error.
+    Failed,
+    /// It was cancelled by an abort or cancellation while running: it may
+    /// or may not have taken effect.
+    Cancelled,
+    /// The run ended (returned, failed or timed out) while it was still
+    /// running, and it was cancelled then: it may or may not have taken
+    /// effect.
+    Unknown,
+}
+
+/// Longest list of receipts in one result; the rest are counted.
+pub const MAX_CALL_RECEIPTS: usize = 64;
+
+/// The nested calls that ended during one `exec` or `wait`, in the order
+/// they ended (calls still running are the `pendingToolCalls` of a
+/// waiting result). After a failed cell the model can see which effects
+/// already happened instead of re-running them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipts {
+    /// The first [`MAX_CALL_RECEIPTS`] of them.
+    #[serde(rename = "nestedCalls", skip_serializing_if = "Vec::is_empty", default)]
+    pub calls: Vec<CallReceipt>,
+    /// How many more ended without a receipt in `calls`.
+    #[serde(
+        rename = "nestedCallsOmitted",
+        skip_serializing_if = "is_zero",
+        default
+    )]
+    pub omitted: u32,
+}
+
+impl Receipts {
+    /// Records one; past the cap only counts it.
+    pub(crate) fn push(&mut self, receipt: CallReceipt) {
+        if self.calls.len() < MAX_CALL_RECEIPTS {
+            self.calls.push(receipt);
+        } else {
+            self.omitted = self.omitted.saturating_add(1);
+        }
+    }
+}
+
 /// A snapshot lifecycle event, for telemetry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -195,6 +258,9 @@ pub enum CodeModeResult {
         /// `text`/`json` output in call order.
         #[serde(skip_serializing_if = "Vec::is_empty", default)]
         output: Vec<Output>,
+        /// Nested calls that ended during this exec/wait.
+        #[serde(flatten)]
+        receipts: Receipts,
         /// How it ran.
         telemetry: Telemetry,
     },
@@ -215,6 +281,9 @@ pub enum CodeModeResult {
         /// Output produced before suspending.
         #[serde(skip_serializing_if = "Vec::is_empty", default)]
         output: Vec<Output>,
+        /// Nested calls that ended during this exec/wait.
+        #[serde(flatten)]
+        receipts: Receipts,
         /// How it ran.
         telemetry: Telemetry,
     },
@@ -228,6 +297,10 @@ pub enum CodeModeResult {
         /// Output produced before the failure.
         #[serde(skip_serializing_if = "Vec::is_empty", default)]
         output: Vec<Output>,
+        /// Nested calls that ended during this exec/wait (which effects
+        /// already happened).
+        #[serde(flatten)]
+        receipts: Receipts,
         /// How it ran.
         telemetry: Telemetry,
     },
@@ -244,7 +317,25 @@ impl CodeModeResult {
             error: error.into(),
             code: Some(code),
             output: Vec::new(),
+            receipts: Receipts::default(),
             telemetry,
+        }
+    }
+
+    /// The nested calls that ended during this exec/wait.
+    pub fn receipts(&self) -> &Receipts {
+        match self {
+            CodeModeResult::Completed { receipts, .. }
+            | CodeModeResult::Waiting { receipts, .. }
+            | CodeModeResult::Failed { receipts, .. } => receipts,
+        }
+    }
+
+    pub(crate) fn receipts_mut(&mut self) -> &mut Receipts {
+        match self {
+            CodeModeResult::Completed { receipts, .. }
+            | CodeModeResult::Waiting { receipts, .. }
+            | CodeModeResult::Failed { receipts, .. } => receipts,
         }
     }
 
@@ -298,6 +389,14 @@ mod tests {
                 method: "call".into(),
             }],
             output: vec![Output::Text { text: "hi".into() }],
+            receipts: Receipts {
+                calls: vec![CallReceipt {
+                    id: "c0".into(),
+                    tool_id: "openclaw:core:y".into(),
+                    outcome: CallOutcome::Ok,
+                }],
+                omitted: 0,
+            },
             telemetry: Telemetry::default(),
         };
         let v = waiting.to_json();
@@ -306,12 +405,20 @@ mod tests {
         assert_eq!(v["reason"], "pending_tools");
         assert_eq!(v["pendingToolCalls"][0]["toolId"], "openclaw:core:x");
         assert_eq!(v["output"][0], json!({"type": "text", "text": "hi"}));
+        assert_eq!(
+            v["nestedCalls"],
+            json!([{"id": "c0", "toolId": "openclaw:core:y", "outcome": "ok"}])
+        );
+        assert!(v.get("nestedCallsOmitted").is_none());
+        let back: CodeModeResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back, waiting);
         let failed =
             CodeModeResult::failure(ErrorCode::MemoryLimitExceeded, "boom", Telemetry::default())
                 .to_json();
         assert_eq!(failed["code"], "memory_limit_exceeded");
         assert_eq!(failed["error"], "boom");
         assert!(failed.get("output").is_none());
+        assert!(failed.get("nestedCalls").is_none());
     }
 
     #[test]
