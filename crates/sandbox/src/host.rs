@@ -94,6 +94,11 @@ pub(crate) struct HostState {
     /// the baked image is the same on every machine.
     pub(crate) deterministic: bool,
     pub(crate) random_state: u64,
+    /// Epoch ticks (about milliseconds of guest CPU) in the current guest
+    /// call.
+    pub(crate) guest_ticks: u32,
+    /// Set while a long guest call runs at a lower thread priority.
+    pub(crate) demoted: Option<crate::priority::Demoted>,
 }
 
 impl HostState {
@@ -116,6 +121,8 @@ impl HostState {
             max_outstanding_requests: 1024,
             max_request_bytes: 1 << 20,
             deterministic,
+            guest_ticks: 0,
+            demoted: None,
             random_state: if deterministic {
                 0x5eed
             } else {

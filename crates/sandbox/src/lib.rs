@@ -62,6 +62,7 @@ mod host;
 mod image;
 mod limits;
 mod prelude;
+mod priority;
 mod snapshot;
 mod ticker;
 mod vm;

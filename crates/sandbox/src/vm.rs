@@ -201,6 +201,13 @@ impl Vm {
                 ctx.data_mut().interrupt = Some(Interrupt::Timeout);
                 Err(wasmtime::Error::msg("deadline reached"))
             } else {
+                let data = ctx.data_mut();
+                data.guest_ticks = data.guest_ticks.saturating_add(1);
+                if u128::from(data.guest_ticks) == crate::priority::DEMOTE_AFTER.as_millis()
+                    && data.demoted.is_none()
+                {
+                    data.demoted = crate::priority::demote_current_thread();
+                }
                 Ok(UpdateDeadline::Continue(1))
             }
         });
@@ -376,8 +383,12 @@ impl Vm {
         let inner = Arc::clone(&self.inner);
         let outcome = {
             let _running = inner.ticker.running();
+            self.store.data_mut().guest_ticks = 0;
             self.store.set_epoch_deadline(1);
-            f(self)
+            let outcome = f(self);
+            // The thread goes back to the pool at its own priority.
+            self.store.data_mut().demoted = None;
+            outcome
         };
         match outcome {
             Ok(status) => Ok(self.interpret(status)),

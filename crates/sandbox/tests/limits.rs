@@ -36,6 +36,51 @@ fn an_infinite_loop_stops_at_the_deadline() {
     assert_eq!(value("return 'next cell works'"), json!("next cell works"));
 }
 
+/// The nice value of thread `tid` of this process, from /proc.
+#[cfg(target_os = "linux")]
+fn nice_of(tid: i64) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    // Fields after the parenthesised name; nice is field 19 of the line.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split(' ').nth(16).unwrap().parse().unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_long_guest_call_yields_priority_and_gives_its_thread_back_unchanged() {
+    // SAFETY: gettid and getpriority have no preconditions.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+        let before = nice_of(tid);
+        tx.send(tid).unwrap();
+        let l = with(|l| l.timeout = Duration::from_millis(600));
+        let f = failure_with("while (true) {}", &l);
+        assert_eq!(f.kind, FailureKind::Timeout);
+        (before, nice_of(tid))
+    });
+    let tid = rx.recv().unwrap();
+    let before = nice_of(tid);
+    // Sample while the loop runs (it is demoted after ~20 ms of CPU).
+    let until = Instant::now() + Duration::from_millis(400);
+    let mut highest = before;
+    while Instant::now() < until {
+        highest = highest.max(nice_of(tid));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (at_start, after) = worker.join().unwrap();
+    assert_eq!(
+        after, at_start,
+        "the thread's priority is restored after the call"
+    );
+    // As root (CI) the process may restore priorities, so it demotes.
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!(highest, (before + 10).min(19), "the busy call ran demoted");
+    }
+    // A short cell on the same kind of thread is not demoted.
+    assert_eq!(value("return 1"), json!(1));
+}
+
 #[test]
 fn a_memory_bomb_hits_the_memory_limit_and_host_memory_stays_bounded() {
     let l = with(|l| l.memory_limit_bytes = 16 << 20);
