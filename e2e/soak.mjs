@@ -128,7 +128,11 @@ async function normalWorker(url, until, latencies, failures, lost) {
     try {
       const r = await execCell(client, NORMAL_CELL);
       latencies.push(performance.now() - started);
-      if (r?.status !== "completed") failures[r?.code ?? r?.status ?? "unknown"] = (failures[r?.code ?? r?.status ?? "unknown"] ?? 0) + 1;
+      if (r?.status !== "completed") {
+        const key = r?.code ?? r?.status ?? "unknown";
+        failures[key] = (failures[key] ?? 0) + 1;
+        (failures.samples ??= []).length < 3 && failures.samples.push(String(r?.error ?? JSON.stringify(r)).slice(0, 500));
+      }
     } catch (e) {
       lost.push(String(e?.message ?? e));
     }
