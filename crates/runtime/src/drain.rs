@@ -55,6 +55,7 @@ pub(crate) fn drive(
     // still running: they are delivered until the deadline, then cancelled.
     let mut finished: Option<Value> = None;
     loop {
+        codemode_sandbox::burst_checkpoint();
         output.extend(convert_output(vm.take_output()));
         match step {
             Step::Completed(value) => finished = Some(value),
@@ -74,6 +75,7 @@ pub(crate) fn drive(
                 return Driven::done(deadline_failure(&vm, output));
             }
             handle_request(ctx, state, request, &mut ready);
+            codemode_sandbox::burst_checkpoint();
         }
         if ctx.limits.cancel.is_cancelled() {
             state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;

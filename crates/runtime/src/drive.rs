@@ -239,6 +239,9 @@ async fn blocking<F>(work: F, started: Instant) -> CodeModeResult
 where
     F: FnOnce() -> CodeModeResult + Send + 'static,
 {
+    // A burst that burns CPU yields priority to other sessions' short
+    // cells until it ends (codemode_sandbox::burst).
+    let work = move || codemode_sandbox::burst(work);
     let joined = if tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread
     {

@@ -30,6 +30,60 @@ pub(crate) struct Demoted {
     original: i32,
 }
 
+/// Runs one burst of a run (an `exec` or `wait` drive) on this thread:
+/// [`burst_checkpoint`] inside it demotes the thread once the burst has
+/// used [`DEMOTE_AFTER`] of CPU (guest code and the host work it asked
+/// for, like a loop of `tools.describe`), and the thread's priority is
+/// restored when `f` returns.
+pub fn burst<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<Burst>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            // Restores the priority (dropping any `Demoted`) and brings
+            // back an enclosing burst, if one was running.
+            BURST.with(|b| *b.borrow_mut() = self.0.take());
+        }
+    }
+    let outer = BURST.with(|b| {
+        b.borrow_mut().replace(Burst {
+            cpu_at_start: imp::thread_cpu_time(),
+            demoted: None,
+        })
+    });
+    let _reset = Reset(outer);
+    f()
+}
+
+/// Inside [`burst`]: demotes the thread once the burst has used
+/// [`DEMOTE_AFTER`] of CPU. Cheap (one clock read); a no-op outside a
+/// burst or after demotion.
+pub fn burst_checkpoint() {
+    BURST.with(|b| {
+        let mut burst = b.borrow_mut();
+        let Some(burst) = burst.as_mut() else {
+            return;
+        };
+        if burst.demoted.is_some() {
+            return;
+        }
+        let (Some(now), Some(start)) = (imp::thread_cpu_time(), burst.cpu_at_start) else {
+            return;
+        };
+        if now.saturating_sub(start) >= DEMOTE_AFTER {
+            burst.demoted = demote_current_thread();
+        }
+    });
+}
+
+struct Burst {
+    cpu_at_start: Option<Duration>,
+    demoted: Option<Demoted>,
+}
+
+thread_local! {
+    static BURST: std::cell::RefCell<Option<Burst>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Demotes the calling thread, when the process can undo it.
 pub(crate) fn demote_current_thread() -> Option<Demoted> {
     if !available() {
@@ -82,6 +136,22 @@ mod imp {
         unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0 }
     }
 
+    /// CPU time this thread has used.
+    pub(super) fn thread_cpu_time() -> Option<std::time::Duration> {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec we own.
+        let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
+        ok.then(|| {
+            std::time::Duration::new(
+                u64::try_from(ts.tv_sec).unwrap_or(0),
+                u32::try_from(ts.tv_nsec).unwrap_or(0),
+            )
+        })
+    }
+
     pub(super) fn probe() -> bool {
         let tid = tid();
         let Some(original) = nice_of(tid) else {
@@ -116,6 +186,10 @@ mod imp {
         false
     }
 
+    pub(super) fn thread_cpu_time() -> Option<std::time::Duration> {
+        None
+    }
+
     pub(super) fn demote() -> Option<Demoted> {
         None
     }
@@ -139,6 +213,32 @@ mod tests {
                 // Unprivileged: nothing changes at all.
                 None => assert_eq!(imp_nice(tid), before),
             }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_burst_that_burns_cpu_is_demoted_until_it_ends() {
+        std::thread::spawn(|| {
+            let tid = imp_tid();
+            let before = imp_nice(tid);
+            let during = burst(|| {
+                burst_checkpoint();
+                let early = imp_nice(tid);
+                // Burn a little more than DEMOTE_AFTER of CPU.
+                let start = imp::thread_cpu_time().unwrap();
+                while imp::thread_cpu_time().unwrap() - start < DEMOTE_AFTER * 2 {
+                    std::hint::black_box(0u64);
+                }
+                burst_checkpoint();
+                (early, imp_nice(tid))
+            });
+            assert_eq!(during.0, before, "a fresh burst is not demoted");
+            if available() {
+                assert_eq!(during.1, (before + DEMOTED_BY).min(19));
+            }
+            assert_eq!(imp_nice(tid), before, "restored when the burst ends");
         })
         .join()
         .unwrap();
