@@ -11,7 +11,7 @@
 //! cell. That is probed once, on a throwaway thread.
 
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Guest CPU time in one call before its thread is demoted (the epoch
 /// ticks once a millisecond while guest code runs).
@@ -44,9 +44,16 @@ pub fn burst<R>(f: impl FnOnce() -> R) -> R {
             BURST.with(|b| *b.borrow_mut() = self.0.take());
         }
     }
+    // Where demotion cannot be undone, a burst costs nothing at all.
+    let cpu_at_start = if available() {
+        imp::thread_cpu_time()
+    } else {
+        None
+    };
     let outer = BURST.with(|b| {
         b.borrow_mut().replace(Burst {
-            cpu_at_start: imp::thread_cpu_time(),
+            wall_at_start: Instant::now(),
+            cpu_at_start,
             demoted: None,
         })
     });
@@ -55,27 +62,38 @@ pub fn burst<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Inside [`burst`]: demotes the thread once the burst has used
-/// [`DEMOTE_AFTER`] of CPU. Cheap (one clock read); a no-op outside a
-/// burst or after demotion.
+/// [`DEMOTE_AFTER`] of CPU. A no-op outside a burst, after demotion, and
+/// in a burst younger than [`DEMOTE_AFTER`] of wall time (it cannot have
+/// used more CPU than that yet), so short cells never read the CPU clock
+/// (a system call) here.
 pub fn burst_checkpoint() {
     BURST.with(|b| {
         let mut burst = b.borrow_mut();
         let Some(burst) = burst.as_mut() else {
             return;
         };
-        if burst.demoted.is_some() {
+        let Some(start) = burst.cpu_at_start else {
+            return;
+        };
+        if burst.demoted.is_some() || burst.wall_at_start.elapsed() < DEMOTE_AFTER {
             return;
         }
-        let (Some(now), Some(start)) = (imp::thread_cpu_time(), burst.cpu_at_start) else {
+        let Some(now) = imp::thread_cpu_time() else {
             return;
         };
         if now.saturating_sub(start) >= DEMOTE_AFTER {
             burst.demoted = demote_current_thread();
+            if burst.demoted.is_none() {
+                // Failed once: do not retry on every checkpoint.
+                burst.cpu_at_start = None;
+            }
         }
     });
 }
 
 struct Burst {
+    wall_at_start: Instant,
+    /// `None`: this burst is never demoted.
     cpu_at_start: Option<Duration>,
     demoted: Option<Demoted>,
 }
