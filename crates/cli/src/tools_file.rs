@@ -170,13 +170,11 @@ fn parse_entry(i: usize, entry: &Value) -> Result<(ToolDefinition, Scripted), St
             }
         },
     };
-    match map.get("needsApproval") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-        Some(Value::Bool(true)) => {
-            tracing::warn!("{label}: needsApproval is reserved for later and has no effect yet")
-        }
+    let needs_approval = match map.get("needsApproval") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
         Some(_) => return Err(format!("{label}: field `needsApproval` must be a boolean")),
-    }
+    };
     let definition = ToolDefinition {
         source,
         source_name: owner,
@@ -184,6 +182,8 @@ fn parse_entry(i: usize, entry: &Value) -> Result<(ToolDefinition, Scripted), St
         label: string("label", false)?,
         description: string("description", false)?.unwrap_or_default(),
         parameters,
+        needs_approval,
+        annotations: Value::Null,
     };
     Ok((definition, Scripted { behaviour, delay }))
 }

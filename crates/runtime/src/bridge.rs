@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::calls::{CallInfo, Finished, json_len};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
+use crate::control::{Gate, GateApproval, GateState};
 use crate::guest_api::{McpOp, Method};
 use crate::request::{BridgeRequest, MAX_API_READ_BYTES, McpApiError, McpInputError, Refusal};
 use crate::result::ErrorCode;
@@ -50,6 +51,11 @@ pub(crate) fn outcome_settlement(
                 Settlement::ResolveJson(text)
             }
         }
+        // A denied call never ran: the guest can tell it apart by its code.
+        Err(e) if e.denied => Settlement::reject_with_code(
+            codemode_sandbox::bounded_text(e.message, codemode_sandbox::MAX_ERROR_BYTES),
+            ErrorCode::ApprovalDenied.as_str(),
+        ),
         Err(e) => Settlement::reject_with_code(
             format!(
                 "tool {tool_id} failed: {}",
@@ -172,6 +178,7 @@ fn start_call(
     request_id: u32,
     (tool_id, method): (String, &'static str),
     input: Value,
+    gate: Option<Arc<GateState>>,
     start: impl FnOnce(&RunState, String, Value) -> ToolFuture,
 ) -> Option<Settlement> {
     if ctx.limits.cancel.is_cancelled() || ctx.scope.is_aborted() {
@@ -195,6 +202,7 @@ fn start_call(
         method,
         parent_call_id: state.parent_call_id.clone(),
         input_bytes: json_len(&input),
+        gate,
     };
     let future = start(state, call_id, input);
     state
@@ -203,7 +211,9 @@ fn start_call(
         .map(|outcome| outcome_settlement(ctx, outcome, &tool_id))
 }
 
-/// Starts a nested call of a catalog entry (checked by the caller).
+/// Starts a nested call of a catalog entry (checked by the caller). A
+/// call with hooks or one that needs approval goes through the gate
+/// ([`crate::control`]) first.
 fn start_tool_call(
     ctx: &DriveCtx,
     state: &mut RunState,
@@ -212,20 +222,48 @@ fn start_tool_call(
     input: Value,
 ) -> Option<Settlement> {
     let key = (entry.id.clone(), "call");
+    let gated = state.hooks.is_some() || entry.needs_approval;
+    let gate_state = gated.then(GateState::new);
+    let gate = gate_state.clone();
     start_call(
         ctx,
         state,
         request_id,
         key,
         input,
+        gate_state,
         |state, call_id, input| {
-            state.executor.call(NestedCall {
+            let call = NestedCall {
                 context: Arc::clone(&state.context),
                 parent_call_id: state.parent_call_id.clone(),
                 call_id,
                 tool: Arc::clone(entry),
                 input,
-            })
+            };
+            let Some(gate_state) = gate else {
+                return state.executor.call(call);
+            };
+            let recheck = (entry.source == ToolSource::Mcp).then(|| {
+                let label = mcp_label(&state.catalog, entry);
+                let schema = entry.parameters.clone();
+                Box::new(move |input: Value| {
+                    crate::mcp::prepare_input(|| label.clone(), &schema, input)
+                }) as Box<dyn FnOnce(Value) -> Result<Value, String> + Send>
+            });
+            let approval = entry.needs_approval.then(|| GateApproval {
+                approver: state.approver.clone(),
+                registry: Arc::clone(&ctx.inner.approvals),
+                scope: state.scope.clone(),
+                run: Arc::clone(&state.run_tag),
+                state: gate_state,
+                wake: state.calls.sender(),
+            });
+            let gate = Gate {
+                hooks: state.hooks.clone(),
+                approval,
+                recheck,
+            };
+            crate::control::gated(gate, call, Arc::clone(&state.executor))
         },
     )
 }
@@ -342,6 +380,7 @@ fn mcp_request(
         request_id,
         key,
         Value::Object(checked),
+        None,
         |state, call_id, params| {
             state.executor.mcp_request(McpServerCall {
                 context: Arc::clone(&state.context),

@@ -10,12 +10,14 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use serde_json::Value;
 
+use crate::control::GateState;
 use crate::result::{CallOutcome, CallReceipt, Receipts};
 use crate::session::{ToolCallError, ToolFuture};
 use crate::trajectory::{Trajectory, TrajectoryEvent};
@@ -29,6 +31,9 @@ pub(crate) enum Msg {
     },
     /// The run's scope was aborted.
     Abort,
+    /// A gated call now waits for a decision: the drive re-checks whether
+    /// anything else keeps the cell busy.
+    AwaitingApproval,
 }
 
 /// What the run records of a call: ids and sizes, never the input.
@@ -41,6 +46,15 @@ pub(crate) struct CallInfo {
     pub(crate) method: &'static str,
     pub(crate) parent_call_id: String,
     pub(crate) input_bytes: u64,
+    /// Where a gated call (hooks, approval) is; `None` for plain calls.
+    pub(crate) gate: Option<Arc<GateState>>,
+}
+
+impl CallInfo {
+    /// Held for approval: not started.
+    pub(crate) fn awaiting_approval(&self) -> bool {
+        self.gate.as_ref().is_some_and(|g| g.awaiting_approval())
+    }
 }
 
 /// One call in flight.
@@ -126,6 +140,21 @@ impl Calls {
         self.inflight.values()
     }
 
+    /// Every call in flight waits for a decision only `approve` / `deny`
+    /// bring: nothing else can move the cell on.
+    pub(crate) fn all_awaiting_decision(&self) -> bool {
+        !self.inflight.is_empty()
+            && self
+                .inflight
+                .values()
+                .all(|c| c.info.gate.as_ref().is_some_and(|g| g.awaiting_decision()))
+    }
+
+    /// Calls are held for approval and none is running.
+    pub(crate) fn only_approvals_pending(&self) -> bool {
+        !self.inflight.is_empty() && self.inflight.values().all(|c| c.info.awaiting_approval())
+    }
+
     /// Starts a call: returns its outcome at once when the executor answers
     /// on the first poll, otherwise spawns it on `handle`.
     pub(crate) fn start(
@@ -198,6 +227,7 @@ impl Calls {
                     outcome,
                 } => done.extend(self.finish(request_id, outcome)),
                 Msg::Abort => aborted = true,
+                Msg::AwaitingApproval => {}
             }
         }
         (done, aborted)
@@ -206,12 +236,18 @@ impl Calls {
     /// Cancels every call in flight; returns how many there were.
     pub(crate) fn cancel_all(&mut self, why: Cancel) -> usize {
         let n = self.inflight.len();
-        let outcome = match why {
-            Cancel::Aborted => CallOutcome::Cancelled,
-            Cancel::RunEnded => CallOutcome::Unknown,
-        };
         for (_, call) in std::mem::take(&mut self.inflight) {
             call.handle.abort();
+            let started = call.info.gate.as_ref().is_none_or(|g| !g.not_started());
+            if let Some(gate) = &call.info.gate {
+                gate.cancel();
+            }
+            let outcome = match why {
+                // Held by hooks or approval: it never ran.
+                _ if !started => CallOutcome::Cancelled,
+                Cancel::Aborted => CallOutcome::Cancelled,
+                Cancel::RunEnded => CallOutcome::Unknown,
+            };
             self.receipt(&call.info, outcome);
             self.trajectory.record(TrajectoryEvent::NestedToolCall {
                 parent_call_id: call.info.parent_call_id,
@@ -258,6 +294,7 @@ pub(crate) fn json_len(value: &Value) -> u64 {
 fn outcome_of(outcome: &Result<Value, ToolCallError>) -> CallOutcome {
     match outcome {
         Ok(_) => CallOutcome::Ok,
+        Err(e) if e.denied => CallOutcome::Denied,
         Err(_) => CallOutcome::Failed,
     }
 }
@@ -273,6 +310,7 @@ fn event(
 ) -> TrajectoryEvent {
     let (status, error, result_bytes) = match outcome {
         Ok(value) => ("ok", None, json_len(value)),
+        Err(e) if e.denied => ("denied", Some(trajectory_error(&e.message)), 0),
         // Tool messages are the executor's text: bounded, and only the
         // first line (stack traces and dumps stay out of the trajectory).
         Err(e) => ("error", Some(trajectory_error(&e.message)), 0),

@@ -90,6 +90,14 @@ pub struct ToolDefinition {
     /// The JSON Schema of its input.
     #[serde(default)]
     pub parameters: Value,
+    /// Every call needs a human's approval before it starts (see
+    /// [`crate::Approver`] and [`crate::CodeModeSession::approve`]).
+    #[serde(default)]
+    pub needs_approval: bool,
+    /// What the tool says of itself (MCP tool annotations such as
+    /// `readOnlyHint`, `destructiveHint`), shown to whoever approves.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub annotations: Value,
 }
 
 impl ToolDefinition {
@@ -102,7 +110,21 @@ impl ToolDefinition {
             label: None,
             description: String::new(),
             parameters: Value::Null,
+            needs_approval: false,
+            annotations: Value::Null,
         }
+    }
+
+    /// Marks every call of the tool as needing approval.
+    pub fn with_approval(mut self, needs_approval: bool) -> ToolDefinition {
+        self.needs_approval = needs_approval;
+        self
+    }
+
+    /// Sets the annotations.
+    pub fn with_annotations(mut self, annotations: Value) -> ToolDefinition {
+        self.annotations = annotations;
+        self
     }
 
     /// Sets the description.
@@ -263,6 +285,12 @@ pub struct CatalogEntry {
     /// Its input schema (served by `tools.describe`, never in `ALL_TOOLS`).
     #[serde(skip)]
     pub parameters: Value,
+    /// Calls need a human's approval before they start.
+    #[serde(skip)]
+    pub needs_approval: bool,
+    /// The tool's annotations, for whoever approves (never shown to guests).
+    #[serde(skip)]
+    pub annotations: Value,
 }
 
 impl CatalogEntry {
@@ -412,6 +440,8 @@ impl Catalog {
                 source: tool.source,
                 source_name,
                 parameters: tool.parameters,
+                needs_approval: tool.needs_approval,
+                annotations: tool.annotations,
             });
         }
         kept.sort_by(|a, b| (a.source, &a.id).cmp(&(b.source, &b.id)));
@@ -927,6 +957,8 @@ mod tests {
                 label: None,
                 description: String::new(),
                 parameters: Value::Null,
+                needs_approval: false,
+                annotations: Value::Null,
             }],
             &ToolPolicy::default(),
         )

@@ -125,6 +125,19 @@ pub(crate) fn drive(
                 };
             }
         }
+        if state.calls.all_awaiting_decision() {
+            // Only a human can move the cell on now: suspend at once
+            // instead of holding the VM until the deadline.
+            if let Some(value) = finished {
+                state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
+                return Driven::done(completed(&vm, value, output));
+            }
+            return Driven::Suspend {
+                vm: Box::new(vm),
+                reason: WaitReason::Approval,
+                output,
+            };
+        }
         if state.calls.in_flight() == 0 {
             if let Some(value) = finished {
                 return Driven::done(completed(&vm, value, output));
@@ -151,6 +164,8 @@ pub(crate) fn drive(
                 state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
                 return Driven::done(aborted_failure());
             }
+            // Re-checked at the top of the loop.
+            Ok(Msg::AwaitingApproval) => {}
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                 if let Some(value) = finished {
                     state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;

@@ -19,7 +19,8 @@ use crate::outcome::{
 use crate::prepare::prepare;
 use crate::result::{CodeModeResult, ErrorCode, Receipts, SnapshotEvent, Telemetry};
 use crate::run_state::{DriveCtx, RunInfo, RunState};
-use crate::session::CodeModeSession;
+use crate::control::{HookDecision, ToolCallEvent, ToolCallRecord};
+use crate::session::{CodeModeSession, RunContext};
 use crate::store::{StoreError, SuspendedRun};
 
 /// The model's `exec`.
@@ -30,8 +31,12 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
         exec_count: 1,
         ..RunInfo::default()
     };
-    let result = match ExecInput::parse(raw, &inner.config) {
-        Err(e) => CodeModeResult::failure(e.code, e.message, Telemetry::default()),
+    let parsed = match ExecInput::parse(raw, &inner.config) {
+        Ok(input) => exec_hook(session, call_id, raw, input).await,
+        Err(e) => Err(CodeModeResult::failure(e.code, e.message, Telemetry::default())),
+    };
+    let result = match parsed {
+        Err(refused) => refused,
         Ok(_) if session.scope.is_aborted() => aborted_failure(),
         Ok(input) => {
             info.language = Some(input.language);
@@ -86,6 +91,17 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
             };
             let result = blocking(work, started).await;
             drop(permit);
+            if let Some(hooks) = &session.hooks {
+                hooks.after_tool_call(ToolCallRecord {
+                    tool_kind: "code_mode_exec",
+                    tool_id: "exec".into(),
+                    call_id: call_id.to_owned(),
+                    outcome: result.status(),
+                    duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+                    input_bytes: crate::calls::json_len(raw),
+                    result_bytes: 0,
+                });
+            }
             return record_call(session, call_id, "exec", result);
         }
     };
@@ -95,6 +111,49 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
         "exec",
         with_telemetry(result, &info, &session.catalog(), started, Vec::new()),
     )
+}
+
+/// The session's `before_tool_call` hook on the outer exec: it may let the
+/// exec run, block it (`approval_denied`), or rewrite its input (parsed
+/// again like the model's).
+async fn exec_hook(
+    session: &CodeModeSession,
+    call_id: &str,
+    raw: &Value,
+    input: ExecInput,
+) -> Result<ExecInput, CodeModeResult> {
+    let Some(hooks) = &session.hooks else {
+        return Ok(input);
+    };
+    let event = ToolCallEvent {
+        tool_kind: "code_mode_exec",
+        tool_id: "exec".into(),
+        tool_input_kind: Some(input.language.as_str()),
+        call_id: call_id.to_owned(),
+        parent_call_id: None,
+        context: RunContext::clone(&session.context),
+        input: raw.clone(),
+    };
+    match hooks.before_tool_call(event).await {
+        HookDecision::Allow => Ok(input),
+        HookDecision::Block { reason } => Err(CodeModeResult::failure(
+            ErrorCode::ApprovalDenied,
+            format!("the exec was blocked by a before_tool_call hook: {reason}"),
+            Telemetry::default(),
+        )),
+        HookDecision::Rewrite { input } => {
+            ExecInput::parse(&input, &session.runtime.inner.config).map_err(|e| {
+                CodeModeResult::failure(
+                    e.code,
+                    format!(
+                        "a before_tool_call hook rewrote the exec input into one that is not valid: {}",
+                        e.message
+                    ),
+                    Telemetry::default(),
+                )
+            })
+        }
+    }
 }
 
 /// The model's `wait`.

@@ -62,6 +62,7 @@ mod bridge;
 mod calls;
 mod catalog;
 mod config;
+mod control;
 mod declarations;
 mod drain;
 mod drive;
@@ -101,6 +102,11 @@ pub fn typescript_transformer_initialised() -> bool {
     codemode_transform::typescript_transformer_initialised()
 }
 
+pub use control::{
+    ApprovalDecision, ApprovalError, ApprovalFuture, ApprovalRequest, Approver, HookDecision,
+    HookFuture, MAX_INPUT_SUMMARY_BYTES, PendingApproval, ToolCallEvent, ToolCallRecord, ToolHooks,
+    input_summary,
+};
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use declarations::{ApiFile, ApiFiles, ApiPathError};
 pub use guest_api::guest_api;

@@ -208,12 +208,30 @@ pub(crate) fn finish(
     let pending_tool_calls: Vec<PendingToolCall> = state
         .calls
         .iter()
-        .map(|c| PendingToolCall {
-            id: c.info.call_id.clone(),
-            tool_id: c.info.tool_id.clone(),
-            method: c.info.method.into(),
+        .map(|c| {
+            let awaiting = c.info.awaiting_approval();
+            PendingToolCall {
+                id: c.info.call_id.clone(),
+                tool_id: c.info.tool_id.clone(),
+                method: c.info.method.into(),
+                awaiting_approval: awaiting,
+                input_summary: c
+                    .info
+                    .gate
+                    .as_ref()
+                    .filter(|_| awaiting)
+                    .and_then(|g| g.summary()),
+            }
         })
         .collect();
+    // Suspended at the deadline while only approvals were pending: the
+    // model should know a human has to act.
+    let reason = if reason == WaitReason::PendingTools && state.calls.only_approvals_pending() {
+        WaitReason::Approval
+    } else {
+        reason
+    };
+    let run_tag = Arc::clone(&state.run_tag);
     let receipts = state.calls.take_receipts();
     let info = state.info.clone();
     let catalog = Arc::clone(&state.catalog);
@@ -228,6 +246,8 @@ pub(crate) fn finish(
     );
     let result = match inserted {
         Ok(run_id) => {
+            // Pending approvals can be named by this id from now on.
+            let _ = run_tag.set(run_id.clone());
             if ctx.scope.is_aborted() {
                 // Aborted between the check above and the insert.
                 store.abort_run(&run_id, &ctx.scope.scope);
@@ -345,7 +365,16 @@ pub(crate) fn failed(
     output: Vec<Output>,
     source_map: Option<&Transformed>,
 ) -> CodeModeResult {
-    let host_code = failure.code.as_deref().and_then(ErrorCode::from_wire);
+    let host_code = failure
+        .code
+        .as_deref()
+        .and_then(ErrorCode::from_wire)
+        // An uncaught denial fails the cell as a failed nested call; its
+        // message says it was denied.
+        .map(|code| match code {
+            ErrorCode::ApprovalDenied => ErrorCode::NestedToolFailed,
+            other => other,
+        });
     let code = match failure.kind {
         FailureKind::Exception => host_code,
         FailureKind::StackOverflow => None,

@@ -30,6 +30,11 @@ pub enum ErrorCode {
     SnapshotRestoreFailed,
     TooManyPendingToolCalls,
     NestedToolFailed,
+    /// A nested call was denied (by a human, the approval policy or a
+    /// `before_tool_call` hook), or an exec was blocked by a hook. Guests
+    /// see it on the rejected promise; an uncaught denial fails the cell
+    /// with `nested_tool_failed`.
+    ApprovalDenied,
     Aborted,
     InternalError,
 }
@@ -57,6 +62,7 @@ impl ErrorCode {
             ErrorCode::SnapshotRestoreFailed => "snapshot_restore_failed",
             ErrorCode::TooManyPendingToolCalls => "too_many_pending_tool_calls",
             ErrorCode::NestedToolFailed => "nested_tool_failed",
+            ErrorCode::ApprovalDenied => "approval_denied",
             ErrorCode::Aborted => "aborted",
             ErrorCode::InternalError => "internal_error",
         }
@@ -97,6 +103,10 @@ pub enum WaitReason {
     PendingTools,
     /// The guest called `yield_control(...)`.
     Yield,
+    /// Nested calls wait for a human's approval (their
+    /// `pendingToolCalls` entries say `awaitingApproval`), and nothing
+    /// else runs.
+    Approval,
 }
 
 /// A nested call the suspended run waits on.
@@ -109,6 +119,13 @@ pub struct PendingToolCall {
     pub tool_id: String,
     /// The bridge method (`call`, ...).
     pub method: String,
+    /// The call waits for approval: it has not started.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_approval: bool,
+    /// For a call awaiting approval: its input, redacted (secret-looking
+    /// keys masked) and bounded, for the human who decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_summary: Option<String>,
 }
 
 /// What became of a nested call (an effect receipt): ids, no input.
@@ -132,6 +149,8 @@ pub enum CallOutcome {
     Ok,
     /// It answered with an error.
     Failed,
+    /// It was denied (approval or hook) and never started: no effect.
+    Denied,
     /// It was cancelled by an abort or cancellation while running: it may
     /// or may not have taken effect.
     Cancelled,
@@ -387,6 +406,8 @@ mod tests {
                 id: "c1".into(),
                 tool_id: "openclaw:core:x".into(),
                 method: "call".into(),
+                awaiting_approval: false,
+                input_summary: None,
             }],
             output: vec![Output::Text { text: "hi".into() }],
             receipts: Receipts {

@@ -13,6 +13,7 @@ use codemode_transform::Transformed;
 use crate::calls::Calls;
 use crate::catalog::Catalog;
 use crate::config::Language;
+use crate::control::{Approver, RunTag, ToolHooks};
 use crate::runtime::Inner;
 use crate::session::{CodeModeSession, RunContext, Scope, ScopeState, ToolExecutor};
 
@@ -49,6 +50,12 @@ pub(crate) struct RunState {
     /// Results that arrived too close to a deadline to deliver: the next
     /// `wait` delivers them first.
     pub(crate) carried: VecDeque<(u32, Settlement)>,
+    /// Hooks around each nested call.
+    pub(crate) hooks: Option<Arc<dyn ToolHooks>>,
+    /// Who is asked about calls that need approval.
+    pub(crate) approver: Option<Arc<dyn Approver>>,
+    /// The run's id once it first suspends (names pending approvals).
+    pub(crate) run_tag: RunTag,
 }
 
 impl RunState {
@@ -69,6 +76,9 @@ impl RunState {
             yields: Vec::new(),
             source_map: None,
             carried: VecDeque::new(),
+            hooks: session.hooks.clone(),
+            approver: session.approver.clone(),
+            run_tag: RunTag::default(),
         }
     }
 }

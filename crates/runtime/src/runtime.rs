@@ -98,6 +98,8 @@ pub(crate) struct Inner {
     /// The scope of [`CodeModeRuntime::exec`] / [`CodeModeRuntime::wait`].
     default_scope: Arc<ScopeState>,
     empty_catalog: Arc<Catalog>,
+    /// Calls awaiting approval, in every scope.
+    pub(crate) approvals: Arc<crate::control::ApprovalRegistry>,
 }
 
 impl Inner {
@@ -163,6 +165,7 @@ impl CodeModeRuntime {
                 weak.clone(),
             )),
             empty_catalog: Arc::new(Catalog::empty()),
+            approvals: Arc::default(),
         });
         start_reaper(Arc::downgrade(&inner));
         Ok(CodeModeRuntime { inner })
@@ -222,6 +225,28 @@ impl CodeModeRuntime {
             }
         };
         CodeModeSession::new(self.clone(), scope, context, catalog.into(), executor)
+    }
+
+    /// Every call awaiting approval in this process, in every session (for
+    /// an operator; a session lists its own with
+    /// [`CodeModeSession::pending_approvals`]).
+    pub fn pending_approvals(&self) -> Vec<crate::PendingApproval> {
+        self.inner.approvals.list(None)
+    }
+
+    /// Decides a call awaiting approval in any session (for an operator;
+    /// a session decides its own with [`CodeModeSession::approve`] /
+    /// [`CodeModeSession::deny`]).
+    ///
+    /// # Errors
+    /// [`crate::ApprovalError`] when no such call awaits approval.
+    pub fn decide_approval(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        decision: crate::ApprovalDecision,
+    ) -> Result<(), crate::ApprovalError> {
+        self.inner.approvals.decide(None, run_id, call_id, decision)
     }
 
     /// Aborts every run of a session (matched by session id or key): live

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::catalog::{Catalog, CatalogEntry};
+use crate::control::{ApprovalDecision, ApprovalError, Approver, PendingApproval, ToolHooks};
 use crate::result::CodeModeResult;
 use crate::runtime::{CodeModeRuntime, Inner};
 use crate::surface::{self, ModelTool};
@@ -129,12 +130,16 @@ pub struct McpServerCall {
     pub params: Value,
 }
 
-/// A nested call failed; the guest sees a plain `Error` with this message.
+/// A nested call failed; the guest sees a plain `Error` with this message
+/// (and `code`: `nested_tool_failed`, or `approval_denied` for a denial).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ToolCallError {
     /// What went wrong, fit for the model (no secrets).
     pub message: String,
+    /// Whether the call was denied before it started (by a human, the
+    /// approval policy or a hook): it had no effect.
+    pub denied: bool,
 }
 
 impl ToolCallError {
@@ -142,6 +147,15 @@ impl ToolCallError {
     pub fn new(message: impl Into<String>) -> ToolCallError {
         ToolCallError {
             message: message.into(),
+            denied: false,
+        }
+    }
+
+    /// A denial: the call never started.
+    pub fn denied(message: impl Into<String>) -> ToolCallError {
+        ToolCallError {
+            message: message.into(),
+            denied: true,
         }
     }
 }
@@ -343,6 +357,8 @@ pub struct CodeModeSession {
     pub(crate) executor: Arc<dyn ToolExecutor>,
     pub(crate) trajectory: Trajectory,
     exec_counter: AtomicU64,
+    pub(crate) hooks: Option<Arc<dyn ToolHooks>>,
+    pub(crate) approver: Option<Arc<dyn Approver>>,
 }
 
 impl std::fmt::Debug for CodeModeSession {
@@ -370,7 +386,61 @@ impl CodeModeSession {
             executor,
             trajectory: Trajectory::default(),
             exec_counter: AtomicU64::new(0),
+            hooks: None,
+            approver: None,
         }
+    }
+
+    /// Runs `hooks` around every nested call and every exec of this
+    /// session (runs already started keep what they started with).
+    pub fn with_hooks(mut self, hooks: Arc<dyn ToolHooks>) -> CodeModeSession {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    /// Asks `approver` about calls that need approval. Without one, such a
+    /// call waits (the run suspends with `reason: "approval"`) until
+    /// [`CodeModeSession::approve`] or [`CodeModeSession::deny`].
+    pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> CodeModeSession {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// Approves call `call_id` of waiting run `run_id` (a `pendingToolCalls`
+    /// entry with `awaitingApproval`): it starts now, and `wait` continues
+    /// with its result. Only runs of this session's scope.
+    ///
+    /// # Errors
+    /// [`ApprovalError`] when no such call awaits approval in this scope.
+    pub fn approve(&self, run_id: &str, call_id: &str) -> Result<(), ApprovalError> {
+        self.runtime.inner.approvals.decide(
+            Some(&self.scope.scope),
+            run_id,
+            call_id,
+            ApprovalDecision::Approve,
+        )
+    }
+
+    /// Denies call `call_id` of waiting run `run_id`: it never starts, and
+    /// the guest's promise rejects with `code: "approval_denied"` and
+    /// `reason`. Earlier calls of the cell are not re-run.
+    ///
+    /// # Errors
+    /// [`ApprovalError`] when no such call awaits approval in this scope.
+    pub fn deny(&self, run_id: &str, call_id: &str, reason: &str) -> Result<(), ApprovalError> {
+        self.runtime.inner.approvals.decide(
+            Some(&self.scope.scope),
+            run_id,
+            call_id,
+            ApprovalDecision::Deny {
+                reason: reason.to_owned(),
+            },
+        )
+    }
+
+    /// The calls of this scope awaiting approval.
+    pub fn pending_approvals(&self) -> Vec<PendingApproval> {
+        self.runtime.inner.approvals.list(Some(&self.scope.scope))
     }
 
     /// The model-visible tools: exactly `exec` and `wait`, with

@@ -1,0 +1,600 @@
+//! The control layer between the bridge and the executor: `before_tool_call`
+//! / `after_tool_call` hooks ([`ToolHooks`]) and human approvals
+//! ([`Approver`], [`CodeModeSession::approve`](crate::CodeModeSession::approve)).
+//!
+//! A nested call that has hooks or needs approval runs as one gated future:
+//! hook, then approval, then the executor. It is an ordinary call in flight
+//! for the drive (cancelled with the run), so a held call never blocks the
+//! VM's thread and a decision that arrives while the run is suspended starts
+//! the call at once; `wait` then delivers its result. Nothing is replayed: a
+//! call runs at most once, after its decision.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::calls::{Msg, json_len};
+use crate::catalog::CatalogEntry;
+use crate::session::{NestedCall, RunContext, Scope, ToolCallError, ToolExecutor, ToolFuture};
+
+/// What a `before_tool_call` hook sees: one nested call, or the outer
+/// `exec` (`toolKind: "code_mode_exec"`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallEvent {
+    /// `tool` for a nested call, `code_mode_exec` for the model's exec.
+    pub tool_kind: &'static str,
+    /// The catalog id; `exec` for the outer exec.
+    pub tool_id: String,
+    /// For the outer exec: `javascript` or `typescript`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_input_kind: Option<&'static str>,
+    /// The call's id (the model's call id for an exec).
+    pub call_id: String,
+    /// For a nested call: the exec that started the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_call_id: Option<String>,
+    /// Who and where the run is.
+    pub context: RunContext,
+    /// The input (the exec's `{code, language}` for the outer exec).
+    pub input: Value,
+}
+
+/// A `before_tool_call` hook's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HookDecision {
+    /// Go on unchanged.
+    Allow,
+    /// Refuse: the guest's promise rejects with a catchable `Error` (code
+    /// `approval_denied`) carrying this reason; a blocked exec fails with
+    /// `approval_denied`.
+    Block {
+        /// Why, shown to the model.
+        reason: String,
+    },
+    /// Go on with this input instead (checked again like the guest's).
+    Rewrite {
+        /// The new input.
+        input: Value,
+    },
+}
+
+/// What `after_tool_call` records of one call: no input, no result.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallRecord {
+    /// As in [`ToolCallEvent::tool_kind`].
+    pub tool_kind: &'static str,
+    /// The catalog id; `exec` for the outer exec.
+    pub tool_id: String,
+    /// The call's id.
+    pub call_id: String,
+    /// `ok`, `failed` for a nested call; the result's status
+    /// (`completed`, `waiting`, `failed`) for an exec.
+    pub outcome: &'static str,
+    /// From the executor's start (after hooks and approval) to its answer.
+    pub duration_ms: f64,
+    /// Bytes of the input as compact JSON.
+    pub input_bytes: u64,
+    /// Bytes of the result as compact JSON (0 on failure).
+    pub result_bytes: u64,
+}
+
+/// What a `before_tool_call` hook returns.
+pub type HookFuture = Pin<Box<dyn Future<Output = HookDecision> + Send + 'static>>;
+
+/// Hooks around every nested call and the outer exec. A hook that cannot
+/// decide should block (fail closed): a blocked call is safe to retry, a
+/// wrongly allowed one may not be undoable.
+pub trait ToolHooks: Send + Sync + 'static {
+    /// Decides before the call starts (before any approval is asked).
+    fn before_tool_call(&self, event: ToolCallEvent) -> HookFuture {
+        drop(event);
+        Box::pin(std::future::ready(HookDecision::Allow))
+    }
+
+    /// Audits a call that ran (not denied or cancelled ones).
+    fn after_tool_call(&self, record: ToolCallRecord) {
+        drop(record);
+    }
+}
+
+/// A human's decision on one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    /// Start the call.
+    Approve,
+    /// Do not start it: the guest's promise rejects with `approval_denied`.
+    Deny {
+        /// Why, shown to the model.
+        reason: String,
+    },
+}
+
+/// A call that needs approval, as an [`Approver`] is asked about it.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    /// Who and where the run is.
+    pub context: Arc<RunContext>,
+    /// The exec that started the run.
+    pub parent_call_id: String,
+    /// The nested call's id.
+    pub call_id: String,
+    /// The tool (with its annotations).
+    pub tool: Arc<CatalogEntry>,
+    /// The input, redacted and bounded ([`input_summary`]).
+    pub input_summary: String,
+}
+
+/// What an [`Approver`] answers: `None` leaves the call waiting for
+/// [`CodeModeSession::approve`](crate::CodeModeSession::approve) /
+/// [`deny`](crate::CodeModeSession::deny) (or an operator).
+pub type ApprovalFuture = Pin<Box<dyn Future<Output = Option<ApprovalDecision>> + Send + 'static>>;
+
+/// Asks a human about a call that needs approval (the gateway asks its MCP
+/// client through elicitation). While it asks, the run keeps waiting; a
+/// decision made through the session meanwhile wins.
+pub trait Approver: Send + Sync + 'static {
+    /// Asks about one call.
+    fn ask(&self, request: ApprovalRequest) -> ApprovalFuture;
+}
+
+/// A call awaiting approval, as listed for an operator.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingApproval {
+    /// The waiting run, once the run has suspended (`None` while its exec
+    /// or wait is still running).
+    pub run_id: Option<String>,
+    /// The nested call's id.
+    pub call_id: String,
+    /// The tool's catalog id.
+    pub tool_id: String,
+    /// The input, redacted and bounded.
+    pub input_summary: String,
+    /// Who and where the run is.
+    pub context: RunContext,
+}
+
+/// A decision that found no call to decide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalError {
+    /// No such call awaits approval in this scope.
+    #[error(
+        "no call {call_id} of run {run_id} awaits approval here (it was decided already, the run ended, or it belongs to another session)"
+    )]
+    NotPending {
+        /// The run named.
+        run_id: String,
+        /// The call named.
+        call_id: String,
+    },
+}
+
+/// The id a run gets when it first suspends, shared by its gated calls
+/// (so a pending approval can be named by run id).
+pub(crate) type RunTag = Arc<OnceLock<String>>;
+
+/// Where a gated call is: shared by its future and the drive.
+pub(crate) struct GateState {
+    stage: AtomicU8,
+    summary: OnceLock<String>,
+}
+
+const STAGE_GATING: u8 = 0;
+const STAGE_ASKING: u8 = 1;
+const STAGE_AWAITING: u8 = 2;
+const STAGE_RUNNING: u8 = 3;
+/// Cancelled with its run: no decision applies any more.
+const STAGE_CANCELLED: u8 = 4;
+
+impl GateState {
+    pub(crate) fn new() -> Arc<GateState> {
+        Arc::new(GateState {
+            stage: AtomicU8::new(STAGE_GATING),
+            summary: OnceLock::new(),
+        })
+    }
+
+    fn set(&self, stage: u8) {
+        self.stage.store(stage, Ordering::SeqCst);
+    }
+
+    /// The call's run cancelled it (its future goes soon after).
+    pub(crate) fn cancel(&self) {
+        self.set(STAGE_CANCELLED);
+    }
+
+    fn cancelled(&self) -> bool {
+        self.stage.load(Ordering::SeqCst) == STAGE_CANCELLED
+    }
+
+    /// Held for a decision that only `approve` / `deny` will bring.
+    pub(crate) fn awaiting_decision(&self) -> bool {
+        self.stage.load(Ordering::SeqCst) == STAGE_AWAITING
+    }
+
+    /// Held for approval (asked, or awaiting a decision): not started.
+    pub(crate) fn awaiting_approval(&self) -> bool {
+        matches!(
+            self.stage.load(Ordering::SeqCst),
+            STAGE_ASKING | STAGE_AWAITING
+        )
+    }
+
+    /// Not started yet (hooks or approval still deciding).
+    pub(crate) fn not_started(&self) -> bool {
+        !matches!(
+            self.stage.load(Ordering::SeqCst),
+            STAGE_RUNNING | STAGE_CANCELLED
+        )
+    }
+
+    pub(crate) fn summary(&self) -> Option<String> {
+        self.summary.get().cloned()
+    }
+}
+
+struct Pending {
+    gate: Arc<GateState>,
+    scope: Scope,
+    run: RunTag,
+    call_id: String,
+    tool_id: String,
+    summary: String,
+    context: Arc<RunContext>,
+    decide: tokio::sync::oneshot::Sender<ApprovalDecision>,
+}
+
+/// Every call awaiting approval in the process, so that a session (scoped)
+/// or an operator (any scope) can decide it.
+#[derive(Default)]
+pub(crate) struct ApprovalRegistry {
+    pending: Mutex<HashMap<u64, Pending>>,
+}
+
+impl ApprovalRegistry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn insert(self: &Arc<Self>, pending: Pending) -> PendingGuard {
+        let key = codemode_sandbox::random_u64();
+        self.lock().insert(key, pending);
+        PendingGuard {
+            registry: Arc::clone(self),
+            key,
+        }
+    }
+
+    /// Decides a pending call: in `scope` only, or anywhere for `None`.
+    pub(crate) fn decide(
+        &self,
+        scope: Option<&Scope>,
+        run_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<(), ApprovalError> {
+        let mut pending = self.lock();
+        let key = pending.iter().find_map(|(key, p)| {
+            (p.call_id == call_id
+                && !p.gate.cancelled()
+                && p.run.get().map(String::as_str) == Some(run_id)
+                && scope.is_none_or(|s| *s == p.scope))
+            .then_some(*key)
+        });
+        let sent = key.and_then(|key| pending.remove(&key)).is_some_and(|p| {
+            // Decided now, not when the call's task next runs: a `wait`
+            // right after this must wait for the call, not suspend again.
+            p.gate.set(STAGE_RUNNING);
+            p.decide.send(decision).is_ok()
+        });
+        if sent {
+            Ok(())
+        } else {
+            Err(ApprovalError::NotPending {
+                run_id: run_id.to_owned(),
+                call_id: call_id.to_owned(),
+            })
+        }
+    }
+
+    /// The calls awaiting approval (in `scope`, or everywhere).
+    pub(crate) fn list(&self, scope: Option<&Scope>) -> Vec<PendingApproval> {
+        let mut list: Vec<PendingApproval> = self
+            .lock()
+            .values()
+            .filter(|p| !p.gate.cancelled() && scope.is_none_or(|s| *s == p.scope))
+            .map(|p| PendingApproval {
+                run_id: p.run.get().cloned(),
+                call_id: p.call_id.clone(),
+                tool_id: p.tool_id.clone(),
+                input_summary: p.summary.clone(),
+                context: RunContext::clone(&p.context),
+            })
+            .collect();
+        list.sort_by(|a, b| (&a.run_id, &a.call_id).cmp(&(&b.run_id, &b.call_id)));
+        list
+    }
+}
+
+/// Removes a pending entry when its call is decided or dropped.
+struct PendingGuard {
+    registry: Arc<ApprovalRegistry>,
+    key: u64,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.registry.lock().remove(&self.key);
+    }
+}
+
+/// What gates one nested call.
+pub(crate) struct Gate {
+    pub(crate) hooks: Option<Arc<dyn ToolHooks>>,
+    pub(crate) approval: Option<GateApproval>,
+    /// Checks a rewritten input as the guest's was checked (MCP tools).
+    pub(crate) recheck: Option<Box<dyn FnOnce(Value) -> Result<Value, String> + Send>>,
+}
+
+/// How one call is approved.
+pub(crate) struct GateApproval {
+    pub(crate) approver: Option<Arc<dyn Approver>>,
+    pub(crate) registry: Arc<ApprovalRegistry>,
+    pub(crate) scope: Scope,
+    pub(crate) run: RunTag,
+    pub(crate) state: Arc<GateState>,
+    /// Wakes the drive when the call starts waiting for a decision.
+    pub(crate) wake: Sender<Msg>,
+}
+
+/// The call as one future: hooks, approval, then the executor.
+pub(crate) fn gated(gate: Gate, call: NestedCall, executor: Arc<dyn ToolExecutor>) -> ToolFuture {
+    Box::pin(run_gated(gate, call, executor))
+}
+
+async fn run_gated(
+    gate: Gate,
+    mut call: NestedCall,
+    executor: Arc<dyn ToolExecutor>,
+) -> Result<Value, ToolCallError> {
+    let tool_id = call.tool.id.clone();
+    if let Some(hooks) = &gate.hooks {
+        let event = ToolCallEvent {
+            tool_kind: "tool",
+            tool_id: tool_id.clone(),
+            tool_input_kind: None,
+            call_id: call.call_id.clone(),
+            parent_call_id: Some(call.parent_call_id.clone()),
+            context: RunContext::clone(&call.context),
+            input: call.input.clone(),
+        };
+        match hooks.before_tool_call(event).await {
+            HookDecision::Allow => {}
+            HookDecision::Block { reason } => {
+                return Err(ToolCallError::denied(format!(
+                    "the call of {tool_id} was blocked by a before_tool_call hook: {reason}"
+                )));
+            }
+            HookDecision::Rewrite { input } => {
+                call.input = match gate.recheck {
+                    Some(recheck) => recheck(input).map_err(|e| {
+                        ToolCallError::denied(format!(
+                            "a before_tool_call hook rewrote the input of {tool_id} into one the tool does not accept: {e}"
+                        ))
+                    })?,
+                    None => input,
+                };
+            }
+        }
+    }
+    if let Some(approval) = gate.approval {
+        approve(approval, &call).await?;
+    }
+    let started = Instant::now();
+    let input_bytes = gate.hooks.as_ref().map_or(0, |_| json_len(&call.input));
+    let call_id = call.call_id.clone();
+    let outcome = executor.call(call).await;
+    if let Some(hooks) = &gate.hooks {
+        hooks.after_tool_call(ToolCallRecord {
+            tool_kind: "tool",
+            tool_id,
+            call_id,
+            outcome: if outcome.is_ok() { "ok" } else { "failed" },
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            input_bytes,
+            result_bytes: outcome.as_ref().map_or(0, json_len),
+        });
+    }
+    outcome
+}
+
+/// Holds the call until it is decided; `Err` when denied.
+async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCallError> {
+    let summary = input_summary(&call.input);
+    let _ = approval.state.summary.set(summary.clone());
+    let (decide, mut decided) = tokio::sync::oneshot::channel();
+    let _pending = approval.registry.insert(Pending {
+        gate: Arc::clone(&approval.state),
+        scope: approval.scope.clone(),
+        run: Arc::clone(&approval.run),
+        call_id: call.call_id.clone(),
+        tool_id: call.tool.id.clone(),
+        summary: summary.clone(),
+        context: Arc::clone(&call.context),
+        decide,
+    });
+    let closed = || ApprovalDecision::Deny {
+        reason: "no decision can arrive any more".into(),
+    };
+    let await_decision = |decided: tokio::sync::oneshot::Receiver<ApprovalDecision>| {
+        approval.state.set(STAGE_AWAITING);
+        let _ = approval.wake.send(Msg::AwaitingApproval);
+        async move { decided.await.unwrap_or_else(|_| closed()) }
+    };
+    let decision = match &approval.approver {
+        Some(approver) => {
+            approval.state.set(STAGE_ASKING);
+            let asked = approver.ask(ApprovalRequest {
+                context: Arc::clone(&call.context),
+                parent_call_id: call.parent_call_id.clone(),
+                call_id: call.call_id.clone(),
+                tool: Arc::clone(&call.tool),
+                input_summary: summary,
+            });
+            tokio::select! {
+                answer = asked => match answer {
+                    Some(decision) => decision,
+                    None => await_decision(decided).await,
+                },
+                manual = &mut decided => manual.unwrap_or_else(|_| closed()),
+            }
+        }
+        None => await_decision(decided).await,
+    };
+    approval.state.set(STAGE_RUNNING);
+    match decision {
+        ApprovalDecision::Approve => Ok(()),
+        ApprovalDecision::Deny { reason } => Err(ToolCallError::denied(format!(
+            "the call of {} was denied approval: {reason}",
+            call.tool.id
+        ))),
+    }
+}
+
+/// The longest input summary shown to whoever approves.
+pub const MAX_INPUT_SUMMARY_BYTES: usize = 1024;
+
+/// The longest string value kept in a summary.
+const MAX_SUMMARY_STRING: usize = 200;
+
+/// Keys whose values are masked in summaries.
+const SECRET_KEYS: [&str; 9] = [
+    "password", "passwd", "secret", "token", "apikey", "api_key", "auth", "cookie", "credential",
+];
+
+/// The input of a call as shown to whoever approves it: values under
+/// secret-looking keys masked, long strings cut, nesting below 4 levels
+/// elided, at most [`MAX_INPUT_SUMMARY_BYTES`] of compact JSON.
+pub fn input_summary(input: &Value) -> String {
+    fn redact(value: &Value, depth: usize) -> Value {
+        match value {
+            Value::Object(map) if depth >= 4 => Value::String(format!("{{…{} keys}}", map.len())),
+            Value::Array(items) if depth >= 4 => Value::String(format!("[…{} items]", items.len())),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let lower = k.to_ascii_lowercase();
+                        let v = if SECRET_KEYS.iter().any(|s| lower.contains(s)) {
+                            Value::String("[redacted]".into())
+                        } else {
+                            redact(v, depth + 1)
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|v| redact(v, depth + 1)).collect())
+            }
+            Value::String(s) if s.len() > MAX_SUMMARY_STRING => Value::String(format!(
+                "{}…",
+                codemode_sandbox::bounded_text(s.clone(), MAX_SUMMARY_STRING)
+            )),
+            other => other.clone(),
+        }
+    }
+    let text = redact(input, 0).to_string();
+    if text.len() <= MAX_INPUT_SUMMARY_BYTES {
+        return text;
+    }
+    let mut cut = MAX_INPUT_SUMMARY_BYTES - 3;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn summaries_mask_secrets_and_stay_bounded() {
+        let summary = input_summary(&json!({
+            "path": "/tmp/x",
+            "apiToken": "sk-123",
+            "nested": {"Password": "hunter2", "ok": 1},
+        }));
+        assert!(summary.contains("/tmp/x"), "{summary}");
+        assert!(!summary.contains("sk-123"), "{summary}");
+        assert!(!summary.contains("hunter2"), "{summary}");
+        assert_eq!(summary.matches("[redacted]").count(), 2, "{summary}");
+        let long = input_summary(&json!({ "items": vec!["x".repeat(150); 40] }));
+        assert!(long.len() <= MAX_INPUT_SUMMARY_BYTES + 3, "{}", long.len());
+        assert!(long.ends_with('…'));
+        let deep = input_summary(&json!({"a": {"b": {"c": {"d": {"e": 1}}}}}));
+        assert!(deep.contains("{…1 keys}"), "{deep}");
+    }
+
+    #[test]
+    fn a_decision_needs_the_right_scope_run_and_call() {
+        let registry = Arc::new(ApprovalRegistry::default());
+        let scope = Scope::of(&RunContext {
+            session_id: Some("a".into()),
+            ..RunContext::default()
+        });
+        let other = Scope::of(&RunContext::default());
+        let run: RunTag = Arc::new(OnceLock::new());
+        let (decide, mut decided) = tokio::sync::oneshot::channel();
+        let guard = registry.insert(Pending {
+            gate: GateState::new(),
+            scope: scope.clone(),
+            run: Arc::clone(&run),
+            call_id: "exec_1.1".into(),
+            tool_id: "client:x:y".into(),
+            summary: "{}".into(),
+            context: Arc::new(RunContext::default()),
+            decide,
+        });
+        // Before the run suspends it has no id to be named by.
+        assert!(
+            registry
+                .decide(Some(&scope), "", "exec_1.1", ApprovalDecision::Approve)
+                .is_err()
+        );
+        run.set("run_1".into()).unwrap();
+        assert_eq!(registry.list(Some(&other)).len(), 0);
+        assert_eq!(registry.list(None)[0].run_id.as_deref(), Some("run_1"));
+        let err = registry
+            .decide(Some(&other), "run_1", "exec_1.1", ApprovalDecision::Approve)
+            .unwrap_err();
+        assert!(err.to_string().contains("another session"), "{err}");
+        assert!(
+            registry
+                .decide(Some(&scope), "run_1", "exec_1.2", ApprovalDecision::Approve)
+                .is_err()
+        );
+        registry
+            .decide(Some(&scope), "run_1", "exec_1.1", ApprovalDecision::Approve)
+            .unwrap();
+        assert_eq!(decided.try_recv().unwrap(), ApprovalDecision::Approve);
+        // Decided once: a second decision finds nothing.
+        assert!(
+            registry
+                .decide(None, "run_1", "exec_1.1", ApprovalDecision::Approve)
+                .is_err()
+        );
+        drop(guard);
+        assert!(registry.list(None).is_empty());
+    }
+}
