@@ -10,6 +10,10 @@
 //!   gateway: MCP clients see exactly `exec` and `wait`; the config's
 //!   `mcpServers` sit behind the guest's `MCP` namespace. stdio by default,
 //!   streamable HTTP at `http://ADDR/mcp` with `--http`.
+//!   With `--admin-listen ADDR` (and `CODEMODE_ADMIN_TOKEN` set), it also
+//!   serves the operator endpoint for approvals on a separate address.
+//! - `codemode approvals list|approve|deny --admin URL` drives that
+//!   endpoint (the token from `CODEMODE_ADMIN_TOKEN`).
 //! - `codemode catalog --config FILE` connects to the configured servers and
 //!   prints the hidden catalog (one JSON line per tool).
 //! - `codemode check-config FILE` reports every problem of a config file.
@@ -27,8 +31,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use codemode_mcp::{Gateway, GatewayConfig, GatewayOptions, Upstreams, parse_config};
 use codemode_runtime::{
-    Catalog, CodeModeConfig, CodeModeResult, CodeModeRuntime, Diagnostic, RunContext,
-    ToolDefinition, ToolPolicy, ToolSource,
+    Catalog, CodeModeResult, CodeModeRuntime, Diagnostic, RunContext, ToolDefinition, ToolPolicy,
+    ToolSource,
 };
 
 use crate::tools_file::ToolsFile;
@@ -69,6 +73,10 @@ enum Command {
         /// Keep calling `wait` while the result is `waiting`, printing each result.
         #[arg(long)]
         follow: bool,
+        /// With --follow: approve every call that awaits approval (without
+        /// it, following stops at a run waiting for approval).
+        #[arg(long, requires = "follow")]
+        approve: bool,
         /// The cell source file, or `-` (the default) for stdin.
         file: Option<PathBuf>,
     },
@@ -98,6 +106,20 @@ enum Command {
         /// runs' snapshotTtlSeconds plus 60, at least 360).
         #[arg(long, value_name = "SECONDS")]
         http_idle_secs: Option<u64>,
+        /// Serve the operator endpoint for approvals at http://ADDR/approvals
+        /// (bearer token from CODEMODE_ADMIN_TOKEN, at least 16 bytes);
+        /// calls the client cannot be asked about then wait for it.
+        #[arg(long, value_name = "ADDR")]
+        admin_listen: Option<std::net::SocketAddr>,
+    },
+    /// List, approve or deny calls awaiting approval at a gateway's
+    /// operator endpoint (token from CODEMODE_ADMIN_TOKEN).
+    Approvals {
+        #[command(subcommand)]
+        action: ApprovalsAction,
+        /// The operator endpoint, e.g. http://127.0.0.1:9090
+        #[arg(long, global = true, value_name = "URL")]
+        admin: Option<String>,
     },
     /// Connect to the configured MCP servers and print the hidden catalog.
     Catalog {
@@ -109,6 +131,29 @@ enum Command {
     CheckConfig {
         /// The JSON5 config file.
         file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum ApprovalsAction {
+    /// Print the calls awaiting approval (JSON).
+    List,
+    /// Approve one call: it starts now.
+    Approve {
+        /// The waiting run's id.
+        run_id: String,
+        /// The call's id (as listed).
+        call_id: String,
+    },
+    /// Deny one call: the guest sees approval_denied.
+    Deny {
+        /// The waiting run's id.
+        run_id: String,
+        /// The call's id (as listed).
+        call_id: String,
+        /// Why, shown to the model.
+        #[arg(long)]
+        reason: Option<String>,
     },
 }
 
@@ -149,6 +194,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             deny,
             language,
             follow,
+            approve,
             file,
         } => exec(ExecArgs {
             config,
@@ -156,6 +202,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             deny,
             language,
             follow,
+            approve,
             file,
         }),
         Command::Serve {
@@ -166,17 +213,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             deny,
             max_http_sessions,
             http_idle_secs,
+            admin_listen,
         } => serve(
             &config,
             http,
+            admin_listen,
             GatewayOptions {
                 policy: ToolPolicy { allow: None, deny },
                 allowed_hosts: allow_hosts,
                 allowed_origins: allow_origins,
                 max_http_sessions: max_http_sessions.unwrap_or(0),
                 http_session_idle: http_idle_secs.map(std::time::Duration::from_secs),
+                operator_approvals: admin_listen.is_some(),
             },
         ),
+        Command::Approvals { action, admin } => approvals(action, admin),
         Command::Catalog { config } => catalog(&config),
         Command::CheckConfig { file } => check_config(&file),
     }
@@ -188,15 +239,7 @@ fn environment(name: &str) -> Option<String> {
 
 fn load_config(path: Option<&PathBuf>) -> Result<(GatewayConfig, Vec<Diagnostic>)> {
     let Some(path) = path else {
-        return Ok((
-            GatewayConfig {
-                code_mode: CodeModeConfig::default(),
-                code_mode_given: false,
-                servers: Vec::new(),
-                policy: ToolPolicy::default(),
-            },
-            Vec::new(),
-        ));
+        return Ok((GatewayConfig::default(), Vec::new()));
     };
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config {}", path.display()))?;
@@ -252,16 +295,51 @@ fn print_diagnostics(diagnostics: &[Diagnostic]) {
     }
 }
 
+/// The operator endpoint's token, from the environment.
+const ADMIN_TOKEN_VAR: &str = "CODEMODE_ADMIN_TOKEN";
+
+fn admin_token() -> Result<String> {
+    std::env::var(ADMIN_TOKEN_VAR).map_err(|_| {
+        anyhow::anyhow!(
+            "{ADMIN_TOKEN_VAR} is not set: the operator endpoint needs a bearer token (at least 16 bytes) in it"
+        )
+    })
+}
+
 fn serve(
     config: &PathBuf,
     http: Option<std::net::SocketAddr>,
+    admin: Option<std::net::SocketAddr>,
     options: GatewayOptions,
 ) -> Result<ExitCode> {
     let (config, diagnostics) = load_config(Some(config))?;
     print_diagnostics(&diagnostics);
+    let admin = match admin {
+        Some(addr) => Some((addr, admin_token()?)),
+        None => None,
+    };
     let tokio = tokio_runtime()?;
     let served = tokio.block_on(async move {
         let gateway = Gateway::start(config, options)?;
+        if let Some((addr, token)) = admin {
+            let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+            let admin_gateway = gateway.clone();
+            let serving = tokio::spawn(async move {
+                admin_gateway
+                    .serve_admin(addr, token, |bound| {
+                        eprintln!("codemode: operator endpoint at http://{bound}/approvals");
+                        let _ = bound_tx.send(());
+                    })
+                    .await
+            });
+            if bound_rx.await.is_err() {
+                // It failed before binding: say why and stop.
+                return match serving.await {
+                    Ok(Err(e)) => Err(anyhow::anyhow!("operator endpoint: {e}")),
+                    _ => Err(anyhow::anyhow!("operator endpoint did not start")),
+                };
+            }
+        }
         let stopper = gateway.clone();
         tokio::spawn(async move {
             shutdown_signal().await;
@@ -317,7 +395,7 @@ fn catalog(config: &PathBuf) -> Result<ExitCode> {
     print_diagnostics(&diagnostics);
     let tokio = tokio_runtime()?;
     tokio.block_on(async move {
-        let upstreams = Upstreams::start(config.servers, config.policy);
+        let upstreams = Upstreams::start(config.servers, config.policy, config.approvals);
         upstreams.started().await;
         let catalog = upstreams.catalog();
         use std::io::Write;
@@ -344,6 +422,7 @@ struct ExecArgs {
     deny: Vec<String>,
     language: LanguageArg,
     follow: bool,
+    approve: bool,
     file: Option<PathBuf>,
 }
 
@@ -363,6 +442,7 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
         deny,
         language,
         follow,
+        approve,
         file,
     } = args;
     let (config, diagnostics) = load_config(config.as_ref())?;
@@ -385,7 +465,7 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
     let tokio = tokio_runtime()?;
     tokio.block_on(async move {
         // The configured MCP servers join the scripted tools.
-        let upstreams = Upstreams::start(config.servers, policy.clone());
+        let upstreams = Upstreams::start(config.servers, policy.clone(), config.approvals);
         upstreams.started().await;
         report_down(&upstreams);
         let mut definitions = tools.definitions();
@@ -397,7 +477,9 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
                 definitions.push(
                     ToolDefinition::new(ToolSource::Mcp, &server.info.name, &tool.entry.name)
                         .with_description(&tool.entry.description)
-                        .with_parameters(tool.entry.parameters.clone()),
+                        .with_parameters(tool.entry.parameters.clone())
+                        .with_approval(tool.entry.needs_approval)
+                        .with_annotations(tool.entry.annotations.clone()),
                 );
             }
         }
@@ -430,7 +512,26 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
             )
             .await;
         print_result(&result)?;
-        while follow && let CodeModeResult::Waiting { run_id, .. } = &result {
+        while follow
+            && let CodeModeResult::Waiting {
+                run_id,
+                reason,
+                pending_tool_calls,
+                ..
+            } = &result
+        {
+            if *reason == codemode_runtime::WaitReason::Approval {
+                if !approve {
+                    eprintln!(
+                        "codemode: the run waits for approval of a call; nothing here approves it (pass --approve to approve every call)"
+                    );
+                    break;
+                }
+                for call in pending_tool_calls.iter().filter(|c| c.awaiting_approval) {
+                    // A call decided meanwhile is simply gone.
+                    let _ = session.approve(run_id, &call.id);
+                }
+            }
             result = session.wait(&serde_json::json!({ "runId": run_id })).await;
             print_result(&result)?;
         }
@@ -438,6 +539,50 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
         Ok(match result {
             CodeModeResult::Failed { .. } => ExitCode::from(1),
             _ => ExitCode::SUCCESS,
+        })
+    })
+}
+
+/// `codemode approvals ...`: one request to the operator endpoint; the
+/// answer is printed as JSON.
+fn approvals(action: ApprovalsAction, admin: Option<String>) -> Result<ExitCode> {
+    let admin = admin.ok_or_else(|| {
+        anyhow::anyhow!(
+            "--admin URL is required (the gateway's operator endpoint, e.g. http://127.0.0.1:9090)"
+        )
+    })?;
+    let token = admin_token()?;
+    let base = admin.trim_end_matches('/').to_owned();
+    let tokio = tokio_runtime()?;
+    tokio.block_on(async move {
+        let client = reqwest::Client::new();
+        let request = match &action {
+            ApprovalsAction::List => client.get(format!("{base}/approvals")),
+            ApprovalsAction::Approve { run_id, call_id } => client
+                .post(format!("{base}/approvals/approve"))
+                .json(&serde_json::json!({ "runId": run_id, "callId": call_id })),
+            ApprovalsAction::Deny {
+                run_id,
+                call_id,
+                reason,
+            } => client
+                .post(format!("{base}/approvals/deny"))
+                .json(&serde_json::json!({ "runId": run_id, "callId": call_id, "reason": reason })),
+        };
+        let response = request
+            .bearer_auth(token)
+            .timeout(std::time::Duration::from_secs(30))
+            .send()
+            .await
+            .with_context(|| format!("reaching the operator endpoint {base}"))?;
+        let status = response.status();
+        let body = response.text().await.context("reading the answer")?;
+        println!("{body}");
+        Ok(if status.is_success() {
+            ExitCode::SUCCESS
+        } else {
+            eprintln!("codemode: the operator endpoint answered {status}");
+            ExitCode::from(1)
         })
     })
 }

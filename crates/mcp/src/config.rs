@@ -100,10 +100,88 @@ pub struct McpServerConfig {
     /// absent from the catalog, `MCP.<server>` and the declarations, and
     /// are refused even by a guessed name.
     pub tools: ToolPolicy,
+    /// `approveTools`: globs over upstream tool names whose calls need a
+    /// human's approval whatever `approvals.mode` says.
+    pub approve_tools: Vec<String>,
 }
 
-/// A whole gateway config.
-#[derive(Debug, Clone, PartialEq)]
+impl McpServerConfig {
+    /// Whether a call of tool `name` (with the server's annotations
+    /// `readOnlyHint` / `destructiveHint`) needs approval under `mode`.
+    pub fn needs_approval(
+        &self,
+        mode: ApprovalMode,
+        name: &str,
+        read_only: Option<bool>,
+        destructive: Option<bool>,
+    ) -> bool {
+        self.approve_tools
+            .iter()
+            .any(|pattern| codemode_runtime::glob_matches(pattern, name))
+            || mode.needs_approval(read_only, destructive)
+    }
+}
+
+/// `approvals.mode`: which nested calls need a human's yes, read from the
+/// upstream's tool annotations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApprovalMode {
+    /// None (except `approveTools`).
+    Never,
+    /// Tools marked `destructiveHint: true` and not `readOnlyHint: true`.
+    #[default]
+    Destructive,
+    /// Every tool not marked `readOnlyHint: true`.
+    Writes,
+    /// Every tool.
+    Always,
+}
+
+impl ApprovalMode {
+    /// The config's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalMode::Never => "never",
+            ApprovalMode::Destructive => "destructive",
+            ApprovalMode::Writes => "writes",
+            ApprovalMode::Always => "always",
+        }
+    }
+
+    /// Whether a tool with these annotations needs approval.
+    pub fn needs_approval(self, read_only: Option<bool>, destructive: Option<bool>) -> bool {
+        let read_only = read_only == Some(true);
+        match self {
+            ApprovalMode::Never => false,
+            ApprovalMode::Destructive => destructive == Some(true) && !read_only,
+            ApprovalMode::Writes => !read_only,
+            ApprovalMode::Always => true,
+        }
+    }
+}
+
+/// Where a `before_tool_call` hook runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookTarget {
+    /// A program: the event as JSON on stdin, the decision as JSON on
+    /// stdout.
+    Command(Vec<String>),
+    /// An endpoint: the event POSTed as JSON, the decision in the body.
+    Url(String),
+}
+
+/// `hooks.beforeToolCall`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookConfig {
+    /// What runs.
+    pub target: HookTarget,
+    /// How long it may take (`timeoutMs`, default 5 s); past it the call
+    /// is blocked.
+    pub timeout: Duration,
+}
+
+/// A whole gateway config (the default: no file).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct GatewayConfig {
     /// The effective `tools.codeMode`.
     pub code_mode: CodeModeConfig,
@@ -115,6 +193,10 @@ pub struct GatewayConfig {
     /// `tools.allow` / `tools.deny`: globs over catalog names or ids
     /// (`mcp:<server>:<tool>`), for every server at once.
     pub policy: ToolPolicy,
+    /// `approvals.mode` (default `destructive`).
+    pub approvals: ApprovalMode,
+    /// `hooks.beforeToolCall`, if any.
+    pub before_tool_call: Option<HookConfig>,
 }
 
 /// Everything wrong with a config file.
@@ -163,6 +245,8 @@ pub fn parse_config(
     let mut code_mode = CodeModeConfig::default();
     let mut code_mode_given = false;
     let mut policy = ToolPolicy::default();
+    let mut approvals = ApprovalMode::default();
+    let mut before_tool_call = None;
     for (key, value) in object {
         match key.as_str() {
             "tools" => match value {
@@ -192,6 +276,8 @@ pub fn parse_config(
                 _ => errors.push(error("tools", "expected an object")),
             },
             "mcpServers" => {}
+            "approvals" => approvals = parse_approvals(value, env, &mut errors, &mut diagnostics),
+            "hooks" => before_tool_call = parse_hooks(value, env, &mut errors, &mut diagnostics),
             other => diagnostics.push(unknown(other)),
         }
     }
@@ -220,12 +306,154 @@ pub fn parse_config(
                 code_mode_given,
                 servers,
                 policy,
+                approvals,
+                before_tool_call,
             },
             diagnostics,
         ))
     } else {
         Err(ConfigProblems { errors })
     }
+}
+
+fn parse_approvals(
+    value: &Value,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> ApprovalMode {
+    let Some(object) = value.as_object() else {
+        errors.push(error(
+            "approvals",
+            "expected an object like { mode: \"destructive\" }",
+        ));
+        return ApprovalMode::default();
+    };
+    for key in object.keys().filter(|k| k.as_str() != "mode") {
+        diagnostics.push(unknown(&join("approvals", key)));
+    }
+    let mut fields = Fields {
+        path: "approvals",
+        object,
+        env,
+        errors,
+    };
+    match fields.string("mode").as_deref() {
+        None => ApprovalMode::default(),
+        Some("never") => ApprovalMode::Never,
+        Some("destructive") => ApprovalMode::Destructive,
+        Some("writes") => ApprovalMode::Writes,
+        Some("always") => ApprovalMode::Always,
+        Some(other) => {
+            fields.fail(
+                "mode",
+                format!(
+                    "unknown approval mode \"{other}\"; use \"never\", \"destructive\" (the default), \"writes\" or \"always\""
+                ),
+            );
+            ApprovalMode::default()
+        }
+    }
+}
+
+const DEFAULT_HOOK_TIMEOUT_MS: u64 = 5_000;
+const MAX_HOOK_TIMEOUT_MS: u64 = 60_000;
+
+fn parse_hooks(
+    value: &Value,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<HookConfig> {
+    let Some(object) = value.as_object() else {
+        errors.push(error(
+            "hooks",
+            "expected an object like { beforeToolCall: { command: [\"./check\"] } }",
+        ));
+        return None;
+    };
+    for key in object.keys().filter(|k| k.as_str() != "beforeToolCall") {
+        diagnostics.push(unknown(&join("hooks", key)));
+    }
+    let path = "hooks.beforeToolCall";
+    let hook = object.get("beforeToolCall")?;
+    let Some(hook) = hook.as_object() else {
+        errors.push(error(
+            path,
+            "expected an object with `command` (an array: program and arguments) or `url`",
+        ));
+        return None;
+    };
+    for key in hook.keys() {
+        if !["command", "url", "timeoutMs"].contains(&key.as_str()) {
+            diagnostics.push(unknown(&join(path, key)));
+        }
+    }
+    let before = errors.len();
+    let mut fields = Fields {
+        path,
+        object: hook,
+        env,
+        errors,
+    };
+    let timeout = match hook.get("timeoutMs") {
+        None => Duration::from_millis(DEFAULT_HOOK_TIMEOUT_MS),
+        Some(value) => match value.as_u64() {
+            Some(ms) if (1..=MAX_HOOK_TIMEOUT_MS).contains(&ms) => Duration::from_millis(ms),
+            _ => {
+                fields.fail(
+                    "timeoutMs",
+                    format!("expected milliseconds from 1 to {MAX_HOOK_TIMEOUT_MS}"),
+                );
+                Duration::from_millis(DEFAULT_HOOK_TIMEOUT_MS)
+            }
+        },
+    };
+    let target = match (hook.get("command"), hook.get("url")) {
+        (Some(_), Some(_)) => {
+            fields.fail("url", "a hook has either `command` or `url`, not both");
+            None
+        }
+        (Some(Value::Array(_)), None) => {
+            let command = fields.strings("command");
+            if command.first().is_none_or(|c| c.trim().is_empty()) {
+                fields.fail(
+                    "command",
+                    "expected the program and its arguments, like [\"./check-call\", \"--strict\"]",
+                );
+                None
+            } else {
+                Some(HookTarget::Command(command))
+            }
+        }
+        (Some(_), None) => {
+            fields.fail(
+                "command",
+                "expected an array: the program and its arguments, like [\"./check-call\"]",
+            );
+            None
+        }
+        (None, Some(_)) => match fields.string("url") {
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                Some(HookTarget::Url(url))
+            }
+            Some(_) => {
+                fields.fail("url", "expected an http:// or https:// URL");
+                None
+            }
+            None => None,
+        },
+        (None, None) => {
+            fields
+                .errors
+                .push(error(path, "needs `command` (an array) or `url`"));
+            None
+        }
+    };
+    if errors.len() > before {
+        return None;
+    }
+    target.map(|target| HookConfig { target, timeout })
 }
 
 fn error(path: &str, message: &str) -> ConfigError {
@@ -408,9 +636,10 @@ impl Fields<'_> {
 /// Longest tool-name pattern in `allowTools` / `denyTools` / `tools.allow`.
 const MAX_PATTERN_BYTES: usize = 256;
 
-const KNOWN_FIELDS: [&str; 13] = [
+const KNOWN_FIELDS: [&str; 14] = [
     "allowTools",
     "denyTools",
+    "approveTools",
     "type",
     "command",
     "args",
@@ -472,6 +701,7 @@ fn parse_server(
         allow: fields.globs("allowTools"),
         deny: fields.globs("denyTools").unwrap_or_default(),
     };
+    let approve_tools = fields.globs("approveTools").unwrap_or_default();
     let wants_http = match kind.as_deref() {
         None => url.is_some() && command.is_none(),
         Some("stdio") => false,
@@ -557,6 +787,7 @@ fn parse_server(
         startup_timeout,
         description,
         tools,
+        approve_tools,
     })
 }
 

@@ -9,18 +9,19 @@
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use codemode_runtime::{
-    CodeModeResult, CodeModeRuntime, CodeModeSession, RunContext, RuntimeError, ToolPolicy,
+    CodeModeResult, CodeModeRuntime, CodeModeSession, RunContext, RuntimeError, ToolHooks,
+    ToolPolicy,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
     Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -28,7 +29,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::config::GatewayConfig;
+use crate::approvals::ClientApprover;
+use crate::config::{ApprovalMode, GatewayConfig};
+use crate::hooks::ConfiguredHook;
 use crate::upstreams::Upstreams;
 
 /// What the gateway tells MCP clients at `initialize`.
@@ -78,6 +81,9 @@ pub struct GatewayOptions {
     /// An HTTP session idle this long is closed (`None` = the runs' TTL
     /// plus a minute, at least six minutes: a waiting run stays resumable).
     pub http_session_idle: Option<std::time::Duration>,
+    /// Calls needing approval that the client cannot be asked about wait
+    /// for an operator ([`Gateway::serve_admin`]) instead of being denied.
+    pub operator_approvals: bool,
 }
 
 /// The default for [`GatewayOptions::max_http_sessions`].
@@ -94,6 +100,10 @@ struct Shared {
     /// Sessions open now (a session counts until its handler is dropped).
     open_sessions: Arc<AtomicUsize>,
     shutdown: CancellationToken,
+    /// `hooks.beforeToolCall`.
+    hook: Option<Arc<ConfiguredHook>>,
+    approvals: ApprovalMode,
+    operator_approvals: bool,
 }
 
 /// The gateway: one per process. Cheap to clone.
@@ -124,7 +134,10 @@ impl Gateway {
         if options.policy.allow.is_some() {
             policy.allow = options.policy.allow;
         }
-        let upstreams = Upstreams::start(config.servers, policy);
+        let upstreams = Upstreams::start(config.servers, policy, config.approvals);
+        let hook = config
+            .before_tool_call
+            .map(|hook| Arc::new(ConfiguredHook::new(hook)));
         Ok(Gateway {
             shared: Arc::new(Shared {
                 runtime,
@@ -139,6 +152,9 @@ impl Gateway {
                 sessions: AtomicU64::new(0),
                 open_sessions: Arc::new(AtomicUsize::new(0)),
                 shutdown: CancellationToken::new(),
+                hook,
+                approvals: config.approvals,
+                operator_approvals: options.operator_approvals,
             }),
         })
     }
@@ -162,17 +178,27 @@ impl Gateway {
             session_id: Some(id.clone()),
             ..RunContext::default()
         };
-        let session = self.shared.runtime.session(
-            context,
-            self.shared.upstreams.catalog(),
-            self.shared.upstreams.executor(),
-        );
+        let approver = ClientApprover::new(self.shared.operator_approvals, self.shared.approvals);
+        let peer = Arc::clone(&approver.peer);
+        let mut session = self
+            .shared
+            .runtime
+            .session(
+                context,
+                self.shared.upstreams.catalog(),
+                self.shared.upstreams.executor(),
+            )
+            .with_approver(Arc::new(approver));
+        if let Some(hook) = &self.shared.hook {
+            session = session.with_hooks(Arc::clone(hook) as Arc<dyn ToolHooks>);
+        }
         info!(session = %id, "MCP client session started");
         self.shared.open_sessions.fetch_add(1, Ordering::SeqCst);
         GatewaySession {
             shared: Arc::clone(&self.shared),
             id,
             session,
+            peer,
             catalog_version: AtomicU64::new(self.shared.upstreams.version()),
             ended: self.shared.shutdown.child_token(),
         }
@@ -267,6 +293,38 @@ impl Gateway {
             .with_graceful_shutdown(async move { ct.cancelled().await })
             .await?;
         self.shutdown();
+        Ok(())
+    }
+
+    /// Serves the operator endpoint (see [`crate::admin`]) at `addr`, each
+    /// request authorized by `token` (at least 16 bytes), until
+    /// [`Gateway::shutdown`]. Start the gateway with
+    /// [`GatewayOptions::operator_approvals`] so undecided calls wait for it.
+    ///
+    /// # Errors
+    /// [`GatewayError::Io`] when the address cannot be bound or the token
+    /// is too short.
+    pub async fn serve_admin(
+        &self,
+        addr: SocketAddr,
+        token: String,
+        on_bound: impl FnOnce(SocketAddr),
+    ) -> Result<(), GatewayError> {
+        if token.len() < crate::admin::MIN_ADMIN_TOKEN_BYTES {
+            return Err(GatewayError::Io(std::io::Error::other(format!(
+                "the admin token must be at least {} bytes",
+                crate::admin::MIN_ADMIN_TOKEN_BYTES
+            ))));
+        }
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        on_bound(listener.local_addr()?);
+        crate::admin::serve(
+            listener,
+            self.shared.runtime.clone(),
+            token,
+            self.shared.shutdown.clone(),
+        )
+        .await?;
         Ok(())
     }
 
@@ -396,6 +454,8 @@ pub struct GatewaySession {
     shared: Arc<Shared>,
     id: String,
     session: CodeModeSession,
+    /// The client, for approval requests (set at its first tool call).
+    peer: Arc<OnceLock<Peer<RoleServer>>>,
     catalog_version: AtomicU64,
     /// Cancelled when the session ends: stops its list-changed watcher.
     ended: CancellationToken,
@@ -526,6 +586,8 @@ impl ServerHandler for GatewaySession {
     ) -> Result<CallToolResponse, ErrorData> {
         let input = Value::Object(request.arguments.unwrap_or_default());
         let call_id = format!("{}:{}", self.id, context.id);
+        // One peer per client session: approvals are asked through it.
+        let _ = self.peer.set(context.peer.clone());
         // `notifications/cancelled` (or the session closing) cancels the
         // request's token. The exec blocks this task while its VM runs, so
         // the watcher runs beside it.

@@ -11,6 +11,10 @@
 //! - [`gateway`]: the MCP server any client connects to; its tool list is
 //!   exactly `exec` and `wait`; each client session is its own code-mode
 //!   scope.
+//! - `approvals`: calls needing approval are put to the client's user
+//!   through MCP elicitation; fail closed without it.
+//! - [`hooks`]: `hooks.beforeToolCall` (a command or a URL), fail closed.
+//! - [`admin`]: the operator endpoint for approvals (off by default).
 //! - `stdio_guard`: between the stdio client and the SDK: lines the SDK
 //!   would drop silently (garbage, too deep, too large, non-object
 //!   `arguments`) get their JSON-RPC error instead of silence.
@@ -28,13 +32,19 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admin;
+mod approvals;
 pub mod config;
 pub mod gateway;
+pub mod hooks;
 mod stdio_guard;
 pub mod upstream;
 mod upstream_stdio;
 pub mod upstreams;
 
-pub use config::{ConfigProblems, GatewayConfig, McpServerConfig, Secret, Transport, parse_config};
+pub use config::{
+    ApprovalMode, ConfigProblems, GatewayConfig, HookConfig, HookTarget, McpServerConfig, Secret,
+    Transport, parse_config,
+};
 pub use gateway::{Gateway, GatewayError, GatewayOptions, GatewaySession};
 pub use upstreams::Upstreams;

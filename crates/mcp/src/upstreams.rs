@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::config::McpServerConfig;
+use crate::config::{ApprovalMode, McpServerConfig};
 use crate::upstream::Upstream;
 
 /// Longest server description (its `instructions`) kept for the model.
@@ -26,12 +26,18 @@ pub struct Upstreams {
     version: Arc<tokio::sync::watch::Sender<u64>>,
     cached: Mutex<Option<(u64, Arc<Catalog>)>>,
     policy: ToolPolicy,
+    approvals: ApprovalMode,
     shutdown: CancellationToken,
 }
 
 impl Upstreams {
     /// Starts connecting to every server in the background.
-    pub fn start(configs: Vec<McpServerConfig>, policy: ToolPolicy) -> Arc<Upstreams> {
+    /// `approvals` marks which tools' calls need a human's approval.
+    pub fn start(
+        configs: Vec<McpServerConfig>,
+        policy: ToolPolicy,
+        approvals: ApprovalMode,
+    ) -> Arc<Upstreams> {
         // https upstreams use rustls with the ring provider; installing it
         // twice (a second gateway in one process) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -52,6 +58,7 @@ impl Upstreams {
             version,
             cached: Mutex::new(None),
             policy,
+            approvals,
             shutdown,
         })
     }
@@ -131,6 +138,16 @@ impl Upstreams {
                         .with_parameters(Value::Object((*tool.input_schema).clone()));
                 if let Some(title) = &tool.title {
                     definition = definition.with_label(title);
+                }
+                let annotations = tool.annotations.as_ref();
+                definition = definition.with_approval(server.needs_approval(
+                    self.approvals,
+                    &tool.name,
+                    annotations.and_then(|a| a.read_only_hint),
+                    annotations.and_then(|a| a.destructive_hint),
+                ));
+                if let Some(annotations) = annotations.and_then(|a| serde_json::to_value(a).ok()) {
+                    definition = definition.with_annotations(annotations);
                 }
                 // A tool whose name cannot form a catalog id is left out
                 // (with a log line) instead of failing the whole catalog.

@@ -478,7 +478,15 @@ const MAX_SUMMARY_STRING: usize = 200;
 
 /// Keys whose values are masked in summaries.
 const SECRET_KEYS: [&str; 9] = [
-    "password", "passwd", "secret", "token", "apikey", "api_key", "auth", "cookie", "credential",
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "auth",
+    "cookie",
+    "credential",
 ];
 
 /// The input of a call as shown to whoever approves it: values under

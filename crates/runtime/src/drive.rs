@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::bridge::settlement;
 use crate::calls::Cancel;
+use crate::control::{HookDecision, ToolCallEvent, ToolCallRecord};
 use crate::drain::{drive, live};
 use crate::input::{ExecInput, WaitInput};
 use crate::outcome::{
@@ -19,7 +20,6 @@ use crate::outcome::{
 use crate::prepare::prepare;
 use crate::result::{CodeModeResult, ErrorCode, Receipts, SnapshotEvent, Telemetry};
 use crate::run_state::{DriveCtx, RunInfo, RunState};
-use crate::control::{HookDecision, ToolCallEvent, ToolCallRecord};
 use crate::session::{CodeModeSession, RunContext};
 use crate::store::{StoreError, SuspendedRun};
 
@@ -33,7 +33,11 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
     };
     let parsed = match ExecInput::parse(raw, &inner.config) {
         Ok(input) => exec_hook(session, call_id, raw, input).await,
-        Err(e) => Err(CodeModeResult::failure(e.code, e.message, Telemetry::default())),
+        Err(e) => Err(CodeModeResult::failure(
+            e.code,
+            e.message,
+            Telemetry::default(),
+        )),
     };
     let result = match parsed {
         Err(refused) => refused,

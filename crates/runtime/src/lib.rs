@@ -102,12 +102,12 @@ pub fn typescript_transformer_initialised() -> bool {
     codemode_transform::typescript_transformer_initialised()
 }
 
+pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use control::{
     ApprovalDecision, ApprovalError, ApprovalFuture, ApprovalRequest, Approver, HookDecision,
     HookFuture, MAX_INPUT_SUMMARY_BYTES, PendingApproval, ToolCallEvent, ToolCallRecord, ToolHooks,
     input_summary,
 };
-pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use declarations::{ApiFile, ApiFiles, ApiPathError};
 pub use guest_api::guest_api;
 pub use input::{ExecInput, InputError, WaitInput};

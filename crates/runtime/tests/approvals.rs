@@ -79,13 +79,19 @@ async fn a_call_needing_approval_suspends_and_runs_once_when_approved() {
     assert_eq!(pending["awaitingApproval"], true, "{r}");
     let summary = pending["inputSummary"].as_str().unwrap();
     assert!(summary.contains("/tmp/x"), "{summary}");
-    assert!(!summary.contains("sk-secret"), "the summary masks secrets: {summary}");
+    assert!(
+        !summary.contains("sk-secret"),
+        "the summary masks secrets: {summary}"
+    );
     // The first call ran; the held one has not started.
     assert_eq!(called(&scripted).len(), 1);
     assert_eq!(r["nestedCalls"][0]["outcome"], "ok", "{r}");
     let listed = s.pending_approvals();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].run_id.as_ref(), r["runId"].as_str().map(str::to_owned).as_ref());
+    assert_eq!(
+        listed[0].run_id.as_ref(),
+        r["runId"].as_str().map(str::to_owned).as_ref()
+    );
 
     let run_id = r["runId"].as_str().unwrap();
     let call_id = pending["id"].as_str().unwrap();
@@ -123,7 +129,10 @@ async fn a_denied_call_rejects_with_approval_denied_and_never_runs() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["value"]["code"], "approval_denied", "{done}");
     let message = done["value"]["message"].as_str().unwrap();
-    assert!(message.contains("denied") && message.contains("not today"), "{message}");
+    assert!(
+        message.contains("denied") && message.contains("not today"),
+        "{message}"
+    );
     assert_eq!(done["nestedCalls"][0]["outcome"], "denied", "{done}");
     assert_eq!(called(&scripted).len(), 1, "only the read ran");
 
@@ -135,7 +144,10 @@ async fn a_denied_call_rejects_with_approval_denied_and_never_runs() {
     let failed = wait(&s, &r["runId"]).await;
     assert_eq!(failed["status"], "failed", "{failed}");
     assert_eq!(failed["code"], "nested_tool_failed", "{failed}");
-    assert!(failed["error"].as_str().unwrap().contains("denied"), "{failed}");
+    assert!(
+        failed["error"].as_str().unwrap().contains("denied"),
+        "{failed}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,7 +196,10 @@ async fn a_held_call_does_not_stop_other_calls_and_is_cancelled_with_the_run() {
         .map(|c| c["outcome"].as_str().unwrap())
         .collect();
     assert_eq!(outcomes, ["ok", "cancelled"], "{r}");
-    assert!(runtime.pending_approvals().is_empty(), "the run took its approval with it");
+    assert!(
+        runtime.pending_approvals().is_empty(),
+        "the run took its approval with it"
+    );
     assert_eq!(called(&scripted).len(), 1);
 }
 
@@ -225,8 +240,17 @@ async fn an_approver_decides_without_suspending_the_run() {
     )
     .await;
     assert_eq!(r["status"], "completed", "{r}");
-    assert!(r["value"].as_str().unwrap().starts_with("approval_denied: "), "{r}");
-    assert!(r["value"].as_str().unwrap().contains("the user said no"), "{r}");
+    assert!(
+        r["value"]
+            .as_str()
+            .unwrap()
+            .starts_with("approval_denied: "),
+        "{r}"
+    );
+    assert!(
+        r["value"].as_str().unwrap().contains("the user said no"),
+        "{r}"
+    );
 
     // An approver that cannot decide leaves the call to approve/deny.
     let undecided = Arc::new(Answer(None, Mutex::default()));
@@ -300,7 +324,10 @@ async fn hooks_block_rewrite_and_audit_nested_calls_and_the_exec() {
     let blocked = r["value"]["blocked"].as_str().unwrap();
     assert!(blocked.starts_with("approval_denied "), "{blocked}");
     assert!(blocked.contains("removals are off"), "{blocked}");
-    assert_eq!(called(&scripted), [("client:app:read".to_owned(), json!({ "n": 42 }))]);
+    assert_eq!(
+        called(&scripted),
+        [("client:app:read".to_owned(), json!({ "n": 42 }))]
+    );
     assert_eq!(r["nestedCalls"][1]["outcome"], "denied", "{r}");
 
     let events = hooks.events.lock().unwrap();
@@ -317,7 +344,11 @@ async fn hooks_block_rewrite_and_audit_nested_calls_and_the_exec() {
         ]
     );
     assert_eq!(events[0].tool_input_kind, Some("typescript"));
-    assert_eq!(events[1].input, json!({ "n": 1 }), "the hook saw the guest's input");
+    assert_eq!(
+        events[1].input,
+        json!({ "n": 1 }),
+        "the hook saw the guest's input"
+    );
     assert_eq!(events[1].context.session_id.as_deref(), Some("hooks"));
     drop(events);
     let records = hooks.records.lock().unwrap();
@@ -332,7 +363,10 @@ async fn hooks_block_rewrite_and_audit_nested_calls_and_the_exec() {
     let r = exec(&s, "return 'forbidden'").await;
     assert_eq!(r["status"], "failed", "{r}");
     assert_eq!(r["code"], "approval_denied", "{r}");
-    assert!(r["error"].as_str().unwrap().contains("no forbidden cells"), "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("no forbidden cells"),
+        "{r}"
+    );
 }
 
 /// Rewrites every exec into another cell (the rewrite is parsed again).
@@ -354,8 +388,9 @@ impl ToolHooks for RewriteExec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_may_rewrite_the_exec_but_not_into_bad_input() {
     let runtime = runtime();
-    let s = session_named(&runtime, "rewrite-ok", executor())
-        .with_hooks(Arc::new(RewriteExec(json!({ "code": "return 'rewritten'" }))));
+    let s = session_named(&runtime, "rewrite-ok", executor()).with_hooks(Arc::new(RewriteExec(
+        json!({ "code": "return 'rewritten'" }),
+    )));
     let r = exec(&s, "return 'original'").await;
     assert_eq!(r["value"], "rewritten", "{r}");
     let s = session_named(&runtime, "rewrite-bad", executor())

@@ -1,0 +1,274 @@
+//! `hooks.beforeToolCall` of the gateway config: a program (the event as
+//! JSON on stdin, the decision as JSON on stdout) or an HTTP endpoint (the
+//! event POSTed, the decision in the body), asked before every nested call
+//! and every exec. A hook that fails, times out or answers something that
+//! is not a decision blocks the call (fail closed) and says why.
+//!
+//! The decision: `{"decision": "allow"}`, `{"decision": "block", "reason":
+//! "..."}` or `{"decision": "rewrite", "input": {...}}`.
+
+use std::process::Stdio;
+
+use codemode_runtime::{HookDecision, HookFuture, ToolCallEvent, ToolHooks};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::warn;
+
+use crate::config::{HookConfig, HookTarget};
+
+/// The longest decision a hook may print or return.
+pub const MAX_HOOK_REPLY_BYTES: usize = 1024 * 1024;
+
+/// The gateway's `before_tool_call` hook.
+pub struct ConfiguredHook {
+    config: HookConfig,
+    http: reqwest::Client,
+}
+
+impl ConfiguredHook {
+    /// A hook as configured.
+    pub fn new(config: HookConfig) -> ConfiguredHook {
+        ConfiguredHook {
+            config,
+            http: reqwest::Client::new(),
+        }
+    }
+}
+
+impl ToolHooks for ConfiguredHook {
+    fn before_tool_call(&self, event: ToolCallEvent) -> HookFuture {
+        let timeout = self.config.timeout;
+        let target = self.config.target.clone();
+        let http = self.http.clone();
+        let tool = event.tool_id.clone();
+        Box::pin(async move {
+            let body = serde_json::json!({ "hook": "before_tool_call", "event": event });
+            let asked = match &target {
+                HookTarget::Command(command) => {
+                    tokio::time::timeout(timeout, run_command(command, &body)).await
+                }
+                HookTarget::Url(url) => {
+                    tokio::time::timeout(timeout, post(&http, url, &body)).await
+                }
+            };
+            let reply = match asked {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(why)) => return blocked(&tool, why),
+                Err(_) => {
+                    return blocked(
+                        &tool,
+                        format!(
+                            "it did not answer within timeoutMs ({} ms)",
+                            timeout.as_millis()
+                        ),
+                    );
+                }
+            };
+            match parse_decision(&reply) {
+                Ok(decision) => decision,
+                Err(why) => blocked(&tool, why),
+            }
+        })
+    }
+}
+
+/// A failing hook blocks: the reason names the hook's failure, not a
+/// policy decision, so the model can tell the two apart.
+fn blocked(tool: &str, why: String) -> HookDecision {
+    warn!(%tool, %why, "before_tool_call hook failed; the call is blocked");
+    HookDecision::Block {
+        reason: format!(
+            "the gateway's before_tool_call hook failed, so the call is blocked (fail closed): {why}"
+        ),
+    }
+}
+
+async fn run_command(command: &[String], body: &Value) -> Result<Vec<u8>, String> {
+    let Some((program, args)) = command.split_first() else {
+        return Err("the hook command is empty".into());
+    };
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("could not start `{program}`: {e}"))?;
+    let input = body.to_string();
+    if let Some(mut stdin) = child.stdin.take() {
+        // A hook that exits without reading its input is not an error.
+        let _ = stdin.write_all(input.as_bytes()).await;
+    }
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    let read_out = async {
+        if let Some(out) = out {
+            let _ = out
+                .take(MAX_HOOK_REPLY_BYTES as u64 + 1)
+                .read_to_end(&mut stdout)
+                .await;
+        }
+    };
+    let read_err = async {
+        if let Some(err) = err {
+            let _ = err.take(4096).read_to_end(&mut stderr).await;
+        }
+    };
+    tokio::join!(read_out, read_err);
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| format!("waiting for `{program}` failed: {e}"))?;
+    if !status.success() {
+        let said = String::from_utf8_lossy(&stderr);
+        let first = said.lines().next().unwrap_or("").trim();
+        return Err(format!(
+            "`{program}` exited with {status}{}",
+            if first.is_empty() {
+                String::new()
+            } else {
+                format!(": {first}")
+            }
+        ));
+    }
+    if stdout.len() > MAX_HOOK_REPLY_BYTES {
+        return Err(format!(
+            "`{program}` printed more than {MAX_HOOK_REPLY_BYTES} bytes"
+        ));
+    }
+    Ok(stdout)
+}
+
+async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Result<Vec<u8>, String> {
+    let response = http
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| format!("POST {url} failed: {e}"))?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("POST {url} answered {status}"));
+    }
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_HOOK_REPLY_BYTES as u64)
+    {
+        return Err(format!(
+            "POST {url} answered more than {MAX_HOOK_REPLY_BYTES} bytes"
+        ));
+    }
+    let mut response = response;
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("reading the answer of {url} failed: {e}"))?
+    {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_HOOK_REPLY_BYTES {
+            return Err(format!(
+                "POST {url} answered more than {MAX_HOOK_REPLY_BYTES} bytes"
+            ));
+        }
+    }
+    Ok(body)
+}
+
+/// Reads a hook's answer.
+///
+/// # Errors
+/// What is wrong with it, for the model and the log.
+pub fn parse_decision(reply: &[u8]) -> Result<HookDecision, String> {
+    const EXPECTED: &str = "expected {\"decision\": \"allow\"}, {\"decision\": \"block\", \"reason\": \"...\"} or {\"decision\": \"rewrite\", \"input\": {...}}";
+    let value: Value = serde_json::from_slice(reply).map_err(|e| {
+        if reply.iter().all(u8::is_ascii_whitespace) {
+            format!("it answered nothing; {EXPECTED}")
+        } else {
+            format!("its answer is not JSON ({e}); {EXPECTED}")
+        }
+    })?;
+    let Some(object) = value.as_object() else {
+        return Err(format!("its answer is not an object; {EXPECTED}"));
+    };
+    match object.get("decision").and_then(Value::as_str) {
+        Some("allow") => Ok(HookDecision::Allow),
+        Some("block") => {
+            let reason = object
+                .get("reason")
+                .and_then(Value::as_str)
+                .filter(|r| !r.trim().is_empty())
+                .unwrap_or("no reason given");
+            Ok(HookDecision::Block {
+                reason: bounded_reason(reason),
+            })
+        }
+        Some("rewrite") => match object.get("input") {
+            Some(input @ Value::Object(_)) => Ok(HookDecision::Rewrite {
+                input: input.clone(),
+            }),
+            _ => Err(format!(
+                "it asked to rewrite without an object `input`; {EXPECTED}"
+            )),
+        },
+        _ => Err(format!("its answer has no known `decision`; {EXPECTED}")),
+    }
+}
+
+/// The longest block reason passed on to the model.
+const MAX_REASON_BYTES: usize = 1024;
+
+fn bounded_reason(reason: &str) -> String {
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason.to_owned();
+    }
+    let mut cut = MAX_REASON_BYTES;
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &reason[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_parse_and_everything_else_is_refused_with_the_expected_form() {
+        assert_eq!(
+            parse_decision(br#"{"decision":"allow"}"#),
+            Ok(HookDecision::Allow)
+        );
+        assert_eq!(
+            parse_decision(br#"{"decision":"block","reason":"no"}"#),
+            Ok(HookDecision::Block {
+                reason: "no".into()
+            })
+        );
+        assert_eq!(
+            parse_decision(br#"{"decision":"rewrite","input":{"a":1}}"#),
+            Ok(HookDecision::Rewrite {
+                input: serde_json::json!({"a": 1})
+            })
+        );
+        for bad in [
+            &b""[..],
+            b"  \n",
+            b"yes",
+            b"[1]",
+            br#"{"decision":"maybe"}"#,
+            br#"{"decision":"rewrite","input":3}"#,
+        ] {
+            let err = parse_decision(bad).unwrap_err();
+            assert!(err.contains("expected {\"decision\""), "{err}");
+        }
+        let long = format!(r#"{{"decision":"block","reason":"{}"}}"#, "é".repeat(2000));
+        match parse_decision(long.as_bytes()) {
+            Ok(HookDecision::Block { reason }) => assert!(reason.len() <= MAX_REASON_BYTES + 3),
+            other => panic!("{other:?}"),
+        }
+    }
+}
