@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 export const here = dirname(fileURLToPath(import.meta.url));
 export const BIN = process.env.CODEMODE_BIN;
@@ -21,6 +22,7 @@ export const servers = {
   everything: join(modules, "@modelcontextprotocol/server-everything/dist/index.js"),
   memory: join(modules, "@modelcontextprotocol/server-memory/dist/index.js"),
   flaky: join(here, "servers/flaky.mjs"),
+  annotated: join(here, "servers/annotated.mjs"),
 };
 
 /** A free TCP port on loopback. */
@@ -87,29 +89,39 @@ export function writeConfig({ timeoutMs = 1500, extra = {}, flaky = true } = {})
   return path;
 }
 
-function newClient() {
-  return new Client({ name: "codemode-e2e", version: "1.0.0" });
+/** A client; with `onElicit` it declares elicitation and answers
+ * `elicitation/create` requests with it. */
+function newClient({ onElicit } = {}) {
+  if (!onElicit) return new Client({ name: "codemode-e2e", version: "1.0.0" });
+  const client = new Client(
+    { name: "codemode-e2e", version: "1.0.0" },
+    { capabilities: { elicitation: {} } },
+  );
+  client.setRequestHandler(ElicitRequestSchema, (request) => onElicit(request.params));
+  return client;
 }
 
 /** A real MCP client on `codemode serve` over stdio. */
-export async function connectStdio(configPath) {
+export async function connectStdio(configPath, { onElicit, args = [] } = {}) {
   const transport = new StdioClientTransport({
     command: BIN,
-    args: ["serve", "--config", configPath],
+    args: ["serve", "--config", configPath, ...args],
     env: { ...process.env, CODEMODE_LOG: process.env.CODEMODE_LOG ?? "warn" },
     stderr: "inherit",
   });
-  const client = newClient();
+  const client = newClient({ onElicit });
   await client.connect(transport);
   return { client, close: () => client.close() };
 }
 
-/** Starts `codemode serve --http 127.0.0.1:0`; returns { url, stop }. */
-export async function startHttpGateway(configPath) {
-  const child = spawn(BIN, ["serve", "--config", configPath, "--http", "127.0.0.1:0"], {
-    env: { ...process.env, CODEMODE_LOG: process.env.CODEMODE_LOG ?? "warn" },
+/** Starts `codemode serve --http 127.0.0.1:0`; returns { url, stop }
+ * (and `admin`, the operator endpoint's URL, when `args` ask for one). */
+export async function startHttpGateway(configPath, { args = [], env = {} } = {}) {
+  const child = spawn(BIN, ["serve", "--config", configPath, "--http", "127.0.0.1:0", ...args], {
+    env: { ...process.env, CODEMODE_LOG: process.env.CODEMODE_LOG ?? "warn", ...env },
     stdio: ["ignore", "ignore", "pipe"],
   });
+  let admin;
   const url = await new Promise((resolve, reject) => {
     let seen = "";
     const timer = setTimeout(() => reject(new Error(`the gateway did not start:\n${seen}`)), 30000);
@@ -117,6 +129,8 @@ export async function startHttpGateway(configPath) {
       seen += chunk;
       process.stderr.write(chunk);
       // Only a whole line: stderr may arrive cut anywhere.
+      const a = /operator endpoint at (http:\/\/\S+)\/approvals\n/.exec(seen);
+      if (a) admin = a[1];
       const m = /serving MCP at (http:\/\/\S+\/mcp)\n/.exec(seen);
       if (m) { clearTimeout(timer); resolve(m[1]); }
     });
@@ -125,13 +139,14 @@ export async function startHttpGateway(configPath) {
   const exited = new Promise((resolve) => child.on("exit", resolve));
   return {
     url,
+    admin,
     stop: async () => { child.kill("SIGINT"); return exited; },
   };
 }
 
 /** A real MCP client on an HTTP gateway. */
-export async function connectHttp(url) {
-  const client = newClient();
+export async function connectHttp(url, { onElicit } = {}) {
+  const client = newClient({ onElicit });
   await client.connect(new StreamableHTTPClientTransport(new URL(url)));
   return { client, close: () => client.close() };
 }

@@ -554,6 +554,7 @@ fn approvals(action: ApprovalsAction, admin: Option<String>) -> Result<ExitCode>
     let token = admin_token()?;
     let base = admin.trim_end_matches('/').to_owned();
     let tokio = tokio_runtime()?;
+    codemode_mcp::install_tls_provider();
     tokio.block_on(async move {
         let client = reqwest::Client::new();
         let request = match &action {

@@ -25,6 +25,26 @@ fn typescript_mcp_client_against_the_gateway_over_stdio_and_http() {
     assert!(!out.contains("ℹ pass 0"), "{out}");
 }
 
+/// The control layer (`e2e/control.test.mjs`): approvals through the
+/// client's elicitation (allow once, allow for the session, decline), fail
+/// closed without elicitation, the operator endpoint driven by
+/// `codemode approvals`, and a hook command that blocks, rewrites and times
+/// out, against an upstream whose tools carry MCP annotations.
+#[test]
+fn typescript_mcp_client_meets_approvals_and_hooks() {
+    let out = common::node(
+        &[
+            "--test",
+            "--test-concurrency=1",
+            "--test-reporter=spec",
+            "control.test.mjs",
+        ],
+        &[("CODEMODE_BIN", env!("CARGO_BIN_EXE_codemode"))],
+    );
+    assert!(out.contains("ℹ fail 0"), "{out}");
+    assert!(out.contains("ℹ pass 13"), "every scenario ran: {out}");
+}
+
 /// `codemode catalog --config FILE`: its JSON lines and its stderr.
 fn catalog(config: &str) -> (Vec<serde_json::Value>, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))

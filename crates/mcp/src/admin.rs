@@ -51,51 +51,44 @@ fn problem(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
+fn unauthorized() -> Response {
+    problem(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong bearer token (Authorization: Bearer <the gateway's admin token>)",
+    )
+}
+
 /// Checks the bearer token in constant time over its length.
-fn authorized(admin: &Admin, headers: &HeaderMap) -> Result<(), Response> {
+fn authorized(admin: &Admin, headers: &HeaderMap) -> bool {
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
     let expected = admin.token.as_bytes();
-    let same = given.len() == expected.len()
+    given.len() == expected.len()
         && given
             .bytes()
             .zip(expected)
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    if same {
-        Ok(())
-    } else {
-        Err(problem(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong bearer token (Authorization: Bearer <the gateway's admin token>)",
-        ))
-    }
+            == 0
 }
 
 async fn list(State(admin): State<Admin>, headers: HeaderMap) -> Response {
-    if let Err(refused) = authorized(&admin, &headers) {
-        return refused;
+    if !authorized(&admin, &headers) {
+        return unauthorized();
     }
     Json(json!({ "pending": admin.runtime.pending_approvals() })).into_response()
 }
 
 /// `{runId, callId}` of a decision request.
-fn target(body: &Value) -> Result<(&str, &str), Response> {
+fn target(body: &Value) -> Option<(&str, &str)> {
     let field = |name: &str| {
         body.get(name)
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
     };
-    match (field("runId"), field("callId")) {
-        (Some(run), Some(call)) => Ok((run, call)),
-        _ => Err(problem(
-            StatusCode::BAD_REQUEST,
-            "expected a JSON body with string fields runId and callId (as GET /approvals lists them)",
-        )),
-    }
+    Some((field("runId")?, field("callId")?))
 }
 
 async fn decide(
@@ -104,8 +97,8 @@ async fn decide(
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
     approve: bool,
 ) -> Response {
-    if let Err(refused) = authorized(&admin, &headers) {
-        return refused;
+    if !authorized(&admin, &headers) {
+        return unauthorized();
     }
     let Ok(Json(body)) = body else {
         return problem(
@@ -113,9 +106,11 @@ async fn decide(
             "the body is not JSON; expected {\"runId\": \"...\", \"callId\": \"...\"}",
         );
     };
-    let (run_id, call_id) = match target(&body) {
-        Ok(target) => target,
-        Err(refused) => return refused,
+    let Some((run_id, call_id)) = target(&body) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "expected a JSON body with string fields runId and callId (as GET /approvals lists them)",
+        );
     };
     let decision = if approve {
         ApprovalDecision::Approve

@@ -856,6 +856,95 @@ mod tests {
     }
 
     #[test]
+    fn approvals_and_hooks_parse_with_their_defaults() {
+        let (config, diagnostics) = parse(
+            r#"{
+              approvals: { mode: "writes" },
+              hooks: { beforeToolCall: { command: ["./check", "--strict"], timeoutMs: 800 } },
+              mcpServers: { fs: { command: "fs", approveTools: ["write_*"] } },
+            }"#,
+        )
+        .unwrap();
+        assert!(diagnostics.is_empty(), "{diagnostics:?}");
+        assert_eq!(config.approvals, ApprovalMode::Writes);
+        assert_eq!(
+            config.before_tool_call,
+            Some(HookConfig {
+                target: HookTarget::Command(vec!["./check".into(), "--strict".into()]),
+                timeout: Duration::from_millis(800),
+            })
+        );
+        let fs = &config.servers[0];
+        assert_eq!(fs.approve_tools, ["write_*"]);
+        // approveTools wins over read-only annotations; the mode decides the rest.
+        assert!(fs.needs_approval(ApprovalMode::Never, "write_file", Some(true), None));
+        assert!(!fs.needs_approval(ApprovalMode::Writes, "read_file", Some(true), None));
+        assert!(fs.needs_approval(ApprovalMode::Writes, "move_file", None, None));
+
+        let (config, _) =
+            parse(r#"{ hooks: { beforeToolCall: { url: "http://127.0.0.1:9/h" } } }"#).unwrap();
+        assert_eq!(
+            config.approvals,
+            ApprovalMode::Destructive,
+            "the default mode"
+        );
+        let hook = config.before_tool_call.unwrap();
+        assert_eq!(hook.target, HookTarget::Url("http://127.0.0.1:9/h".into()));
+        assert_eq!(hook.timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn approval_modes_follow_the_annotations() {
+        use ApprovalMode::*;
+        // (read_only, destructive) → needs approval under each mode.
+        let cases = [
+            ((None, None), [false, false, true, true]),
+            ((Some(true), None), [false, false, false, true]),
+            ((None, Some(true)), [false, true, true, true]),
+            ((Some(true), Some(true)), [false, false, false, true]),
+            ((Some(false), Some(false)), [false, false, true, true]),
+        ];
+        for ((read_only, destructive), expected) in cases {
+            let got = [Never, Destructive, Writes, Always]
+                .map(|mode| mode.needs_approval(read_only, destructive));
+            assert_eq!(
+                got, expected,
+                "readOnly {read_only:?} destructive {destructive:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_approvals_and_hooks_are_named() {
+        let err = parse(
+            r#"{
+              approvals: { mode: "sometimes" },
+              hooks: { beforeToolCall: { command: "check.sh", timeoutMs: 0 } },
+              mcpServers: { fs: { command: "fs", approveTools: [""] } },
+            }"#,
+        )
+        .unwrap_err();
+        let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+        for path in [
+            "approvals.mode",
+            "hooks.beforeToolCall.timeoutMs",
+            "hooks.beforeToolCall.command",
+            "mcpServers.fs.approveTools[0]",
+        ] {
+            assert!(paths.contains(&path), "{path} in {paths:?}");
+        }
+        assert!(
+            err.to_string().contains("\"destructive\" (the default)"),
+            "{err}"
+        );
+        let err = parse(r#"{ hooks: { beforeToolCall: { command: ["x"], url: "http://h" } } }"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("not both"), "{err}");
+        let err = parse(r#"{ hooks: { beforeToolCall: {} } }"#).unwrap_err();
+        assert!(err.to_string().contains("needs `command`"), "{err}");
+    }
+
+    #[test]
     fn stdio_and_http_servers() {
         let (config, diagnostics) = parse(
             r#"{

@@ -28,6 +28,7 @@ pub struct ConfiguredHook {
 impl ConfiguredHook {
     /// A hook as configured.
     pub fn new(config: HookConfig) -> ConfiguredHook {
+        crate::install_tls_provider();
         ConfiguredHook {
             config,
             http: reqwest::Client::new(),
@@ -235,6 +236,120 @@ fn bounded_reason(reason: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use codemode_runtime::RunContext;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn event(tool: &str) -> ToolCallEvent {
+        ToolCallEvent {
+            tool_kind: "tool",
+            tool_id: tool.into(),
+            tool_input_kind: None,
+            call_id: "exec_1.1".into(),
+            parent_call_id: Some("exec_1".into()),
+            context: RunContext::default(),
+            input: serde_json::json!({ "path": "/x" }),
+        }
+    }
+
+    /// A hook endpoint: allows `a`, blocks `b`, rewrites `c`, answers 500
+    /// for `d`, never answers `e`; records what it was sent.
+    async fn endpoint(seen: Arc<std::sync::Mutex<Vec<Value>>>) -> String {
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let seen = Arc::clone(&seen);
+                async move {
+                    let tool = body["event"]["toolId"].as_str().unwrap_or("").to_owned();
+                    seen.lock().unwrap().push(body);
+                    let decision = match tool.as_str() {
+                        "a" => serde_json::json!({ "decision": "allow" }),
+                        "b" => serde_json::json!({ "decision": "block", "reason": "not b" }),
+                        "c" => serde_json::json!({ "decision": "rewrite", "input": { "path": "/safe" } }),
+                        "d" => {
+                            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, axum::Json(Value::Null));
+                        }
+                        _ => {
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                            Value::Null
+                        }
+                    };
+                    (axum::http::StatusCode::OK, axum::Json(decision))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/hook")
+    }
+
+    #[tokio::test]
+    async fn a_url_hook_decides_and_fails_closed() {
+        let seen = Arc::default();
+        let url = endpoint(Arc::clone(&seen)).await;
+        let hook = ConfiguredHook::new(HookConfig {
+            target: HookTarget::Url(url),
+            timeout: Duration::from_millis(500),
+        });
+        assert_eq!(hook.before_tool_call(event("a")).await, HookDecision::Allow);
+        assert_eq!(
+            hook.before_tool_call(event("b")).await,
+            HookDecision::Block {
+                reason: "not b".into()
+            }
+        );
+        assert_eq!(
+            hook.before_tool_call(event("c")).await,
+            HookDecision::Rewrite {
+                input: serde_json::json!({ "path": "/safe" })
+            }
+        );
+        for (tool, why) in [("d", "500"), ("e", "timeoutMs (500 ms)")] {
+            match hook.before_tool_call(event(tool)).await {
+                HookDecision::Block { reason } => {
+                    assert!(
+                        reason.contains("fail closed") && reason.contains(why),
+                        "{reason}"
+                    )
+                }
+                other => panic!("{tool}: {other:?}"),
+            }
+        }
+        let sent = seen.lock().unwrap();
+        assert_eq!(sent[0]["hook"], "before_tool_call");
+        assert_eq!(sent[0]["event"]["input"]["path"], "/x");
+        assert_eq!(sent[0]["event"]["parentCallId"], "exec_1");
+    }
+
+    #[tokio::test]
+    async fn a_command_hook_that_fails_blocks_with_its_words() {
+        let hook = ConfiguredHook::new(HookConfig {
+            target: HookTarget::Command(vec![
+                "sh".into(),
+                "-c".into(),
+                "echo 'policy store unreachable' >&2; exit 3".into(),
+            ]),
+            timeout: Duration::from_secs(5),
+        });
+        match hook.before_tool_call(event("a")).await {
+            HookDecision::Block { reason } => {
+                assert!(reason.contains("policy store unreachable"), "{reason}");
+                assert!(reason.contains("exit status: 3"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let missing = ConfiguredHook::new(HookConfig {
+            target: HookTarget::Command(vec!["/nonexistent/hook".into()]),
+            timeout: Duration::from_secs(5),
+        });
+        match missing.before_tool_call(event("a")).await {
+            HookDecision::Block { reason } => {
+                assert!(reason.contains("could not start"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn decisions_parse_and_everything_else_is_refused_with_the_expected_form() {

@@ -48,3 +48,9 @@ pub use config::{
 };
 pub use gateway::{Gateway, GatewayError, GatewayOptions, GatewaySession};
 pub use upstreams::Upstreams;
+
+/// Installs rustls' ring provider for the process (https upstreams, hook
+/// URLs, `codemode approvals`); a second call is harmless.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

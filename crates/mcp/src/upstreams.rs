@@ -40,7 +40,7 @@ impl Upstreams {
     ) -> Arc<Upstreams> {
         // https upstreams use rustls with the ring provider; installing it
         // twice (a second gateway in one process) is harmless.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::install_tls_provider();
         let version = Arc::new(tokio::sync::watch::Sender::new(1u64));
         let shutdown = CancellationToken::new();
         let bump = {

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::calls::{CallInfo, Finished, json_len};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
-use crate::control::{Gate, GateApproval, GateState};
+use crate::control::{Gate, GateApproval, GateState, Recheck};
 use crate::guest_api::{McpOp, Method};
 use crate::request::{BridgeRequest, MAX_API_READ_BYTES, McpApiError, McpInputError, Refusal};
 use crate::result::ErrorCode;
@@ -248,7 +248,7 @@ fn start_tool_call(
                 let schema = entry.parameters.clone();
                 Box::new(move |input: Value| {
                     crate::mcp::prepare_input(|| label.clone(), &schema, input)
-                }) as Box<dyn FnOnce(Value) -> Result<Value, String> + Send>
+                }) as Recheck
             });
             let approval = entry.needs_approval.then(|| GateApproval {
                 approver: state.approver.clone(),

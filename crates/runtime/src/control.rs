@@ -337,12 +337,15 @@ impl Drop for PendingGuard {
     }
 }
 
+/// Checks a rewritten input; the error says what is wrong with it.
+pub(crate) type Recheck = Box<dyn FnOnce(Value) -> Result<Value, String> + Send>;
+
 /// What gates one nested call.
 pub(crate) struct Gate {
     pub(crate) hooks: Option<Arc<dyn ToolHooks>>,
     pub(crate) approval: Option<GateApproval>,
     /// Checks a rewritten input as the guest's was checked (MCP tools).
-    pub(crate) recheck: Option<Box<dyn FnOnce(Value) -> Result<Value, String> + Send>>,
+    pub(crate) recheck: Option<Recheck>,
 }
 
 /// How one call is approved.

@@ -221,11 +221,12 @@ async fn an_approver_decides_without_suspending_the_run() {
     let s = session_named(&runtime, "approver-yes", scripted.clone()).with_approver(yes.clone());
     let r = exec(&s, READ_THEN_REMOVE).await;
     assert_eq!(r["status"], "completed", "{r}");
-    let asked = yes.1.lock().unwrap();
-    assert_eq!(asked.len(), 1);
-    assert_eq!(asked[0].tool.id, "client:app:remove");
-    assert!(!asked[0].input_summary.contains("sk-secret"));
-    drop(asked);
+    {
+        let asked = yes.1.lock().unwrap();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0].tool.id, "client:app:remove");
+        assert!(!asked[0].input_summary.contains("sk-secret"));
+    }
 
     let no = Arc::new(Answer(
         Some(ApprovalDecision::Deny {
@@ -330,35 +331,35 @@ async fn hooks_block_rewrite_and_audit_nested_calls_and_the_exec() {
     );
     assert_eq!(r["nestedCalls"][1]["outcome"], "denied", "{r}");
 
-    let events = hooks.events.lock().unwrap();
-    let kinds: Vec<(&str, &str)> = events
-        .iter()
-        .map(|e| (e.tool_kind, e.tool_id.as_str()))
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            ("code_mode_exec", "exec"),
-            ("tool", "client:app:read"),
-            ("tool", "client:app:remove")
-        ]
-    );
-    assert_eq!(events[0].tool_input_kind, Some("typescript"));
-    assert_eq!(
-        events[1].input,
-        json!({ "n": 1 }),
-        "the hook saw the guest's input"
-    );
-    assert_eq!(events[1].context.session_id.as_deref(), Some("hooks"));
-    drop(events);
-    let records = hooks.records.lock().unwrap();
-    let audited: Vec<(&str, &str)> = records
-        .iter()
-        .map(|r| (r.tool_id.as_str(), r.outcome))
-        .collect();
-    assert_eq!(audited, [("client:app:read", "ok"), ("exec", "completed")]);
-    assert!(records[0].input_bytes > 0 && records[0].result_bytes > 0);
-    drop(records);
+    {
+        let events = hooks.events.lock().unwrap();
+        let kinds: Vec<(&str, &str)> = events
+            .iter()
+            .map(|e| (e.tool_kind, e.tool_id.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("code_mode_exec", "exec"),
+                ("tool", "client:app:read"),
+                ("tool", "client:app:remove")
+            ]
+        );
+        assert_eq!(events[0].tool_input_kind, Some("typescript"));
+        assert_eq!(
+            events[1].input,
+            json!({ "n": 1 }),
+            "the hook saw the guest's input"
+        );
+        assert_eq!(events[1].context.session_id.as_deref(), Some("hooks"));
+        let records = hooks.records.lock().unwrap();
+        let audited: Vec<(&str, &str)> = records
+            .iter()
+            .map(|r| (r.tool_id.as_str(), r.outcome))
+            .collect();
+        assert_eq!(audited, [("client:app:read", "ok"), ("exec", "completed")]);
+        assert!(records[0].input_bytes > 0 && records[0].result_bytes > 0);
+    }
 
     let r = exec(&s, "return 'forbidden'").await;
     assert_eq!(r["status"], "failed", "{r}");
