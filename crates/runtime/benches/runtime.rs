@@ -1,7 +1,10 @@
 //! Runtime benchmarks (issue: catalog, nested calls, wait):
 //! - exec of a cell awaiting 50 fast in-process tool calls in a loop;
 //! - `wait` on a suspended cell whose nested call already finished;
-//! - 1,000 suspended runs held at once: bytes and RSS per run.
+//! - 1,000 suspended runs held at once: bytes and RSS per run;
+//! - the control layer: the same 50 calls through a no-op
+//!   `before_tool_call` hook, and one call needing approval decided by an
+//!   `Approver` at once, next to the same call without approval.
 //!
 //! `cargo bench -p codemode-runtime --bench runtime`
 #![allow(
@@ -16,9 +19,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use codemode_runtime::{
-    Catalog, CodeModeConfig, CodeModeRuntime, CodeModeSession, NestedCall, RunContext,
-    RuntimeOptions, ToolCallError, ToolDefinition, ToolExecutor, ToolFuture, ToolPolicy,
-    ToolSource,
+    ApprovalDecision, ApprovalFuture, ApprovalRequest, Approver, Catalog, CodeModeConfig,
+    CodeModeRuntime, CodeModeSession, HookDecision, HookFuture, NestedCall, RunContext,
+    RuntimeOptions, ToolCallError, ToolCallEvent, ToolDefinition, ToolExecutor, ToolFuture,
+    ToolHooks, ToolPolicy, ToolSource,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
@@ -34,7 +38,7 @@ impl ToolExecutor for Tools {
     fn call(&self, call: NestedCall) -> ToolFuture {
         match call.tool.name.as_str() {
             // A fast in-process tool: answers on the first poll.
-            "double" => {
+            "double" | "guarded" => {
                 let n = call.input["n"].as_i64().unwrap_or(0);
                 Box::pin(async move { Ok(json!({ "n": n * 2 })) })
             }
@@ -53,6 +57,58 @@ impl ToolExecutor for Tools {
             _ => Box::pin(async { Err(ToolCallError::new("unknown")) }),
         }
     }
+}
+
+/// A hook that allows everything (the cost of having hooks at all).
+struct AllowAll;
+
+impl ToolHooks for AllowAll {
+    fn before_tool_call(&self, _event: ToolCallEvent) -> HookFuture {
+        Box::pin(std::future::ready(HookDecision::Allow))
+    }
+}
+
+/// Approves every call at once (the cost of the approval path itself).
+struct ApproveAll;
+
+impl Approver for ApproveAll {
+    fn ask(&self, _request: ApprovalRequest) -> ApprovalFuture {
+        Box::pin(std::future::ready(Some(ApprovalDecision::Approve)))
+    }
+}
+
+/// Sessions over `double` and `guarded` (a `double` that needs approval).
+fn control_sessions(runtime: &CodeModeRuntime) -> (CodeModeSession, CodeModeSession) {
+    let tools = || {
+        vec![
+            ToolDefinition::new(ToolSource::Openclaw, "core", "double"),
+            ToolDefinition::new(ToolSource::Openclaw, "core", "guarded").with_approval(true),
+        ]
+    };
+    let executor = || {
+        Arc::new(Tools {
+            gate: Arc::new(Semaphore::new(0)),
+            passed: Arc::new(AtomicUsize::new(0)),
+        })
+    };
+    let hooked = runtime
+        .session(
+            RunContext::default(),
+            Catalog::build(tools(), &ToolPolicy::default()).unwrap(),
+            executor(),
+        )
+        .with_hooks(Arc::new(AllowAll));
+    let approving = runtime
+        .session(
+            RunContext {
+                session_id: Some("approving".into()),
+                ..RunContext::default()
+            },
+            Catalog::build(tools(), &ToolPolicy::default()).unwrap(),
+            executor(),
+        )
+        .with_approver(Arc::new(ApproveAll));
+    (hooked, approving)
 }
 
 fn setup(
@@ -114,6 +170,20 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("exec: return 1 (no tool calls, for comparison)", |b| {
         b.iter(|| rt.block_on(session.exec(&json!({ "code": "return 1" }))))
+    });
+
+    let (hooked, approving) = control_sessions(&_runtime);
+    c.bench_function("exec: 50 fast tool calls through a no-op hook", |b| {
+        b.iter(|| rt.block_on(hooked.exec(&json!({ "code": FIFTY_CALLS }))))
+    });
+    let one = |tool: &str| json!({ "code": format!("return (await tools.{tool}({{ n: 2 }})).n") });
+    let r = rt.block_on(approving.exec(&one("guarded"))).to_json();
+    assert_eq!(r["value"], 4, "{r}");
+    c.bench_function("exec: one call, no approval needed", |b| {
+        b.iter(|| rt.block_on(approving.exec(&one("double"))))
+    });
+    c.bench_function("exec: one call approved by an Approver at once", |b| {
+        b.iter(|| rt.block_on(approving.exec(&one("guarded"))))
     });
 
     // wait on a suspended cell whose call has finished: time only the wait.
