@@ -9,20 +9,22 @@
 
 mod common;
 
-#[test]
-fn typescript_mcp_client_against_the_gateway_over_stdio_and_http() {
+/// Runs one `node --test` suite of `e2e/` against the binary cargo just
+/// built; returns the spec reporter's output.
+fn node_suite(file: &str) -> String {
     let out = common::node(
-        &[
-            "--test",
-            "--test-concurrency=1",
-            "--test-reporter=spec",
-            "gateway.test.mjs",
-        ],
+        &["--test", "--test-concurrency=1", "--test-reporter=spec", file],
         &[("CODEMODE_BIN", env!("CARGO_BIN_EXE_codemode"))],
     );
     // The spec reporter's summary: every scenario ran and passed.
     assert!(out.contains("ℹ fail 0"), "{out}");
     assert!(!out.contains("ℹ pass 0"), "{out}");
+    out
+}
+
+#[test]
+fn typescript_mcp_client_against_the_gateway_over_stdio_and_http() {
+    node_suite("gateway.test.mjs");
 }
 
 /// The control layer (`e2e/control.test.mjs`): approvals through the
@@ -32,16 +34,7 @@ fn typescript_mcp_client_against_the_gateway_over_stdio_and_http() {
 /// out, against an upstream whose tools carry MCP annotations.
 #[test]
 fn typescript_mcp_client_meets_approvals_and_hooks() {
-    let out = common::node(
-        &[
-            "--test",
-            "--test-concurrency=1",
-            "--test-reporter=spec",
-            "control.test.mjs",
-        ],
-        &[("CODEMODE_BIN", env!("CARGO_BIN_EXE_codemode"))],
-    );
-    assert!(out.contains("ℹ fail 0"), "{out}");
+    let out = node_suite("control.test.mjs");
     assert!(out.contains("ℹ pass 13"), "every scenario ran: {out}");
 }
 
