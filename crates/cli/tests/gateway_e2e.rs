@@ -13,7 +13,12 @@ mod common;
 /// built; returns the spec reporter's output.
 fn node_suite(file: &str) -> String {
     let out = common::node(
-        &["--test", "--test-concurrency=1", "--test-reporter=spec", file],
+        &[
+            "--test",
+            "--test-concurrency=1",
+            "--test-reporter=spec",
+            file,
+        ],
         &[("CODEMODE_BIN", env!("CARGO_BIN_EXE_codemode"))],
     );
     // The spec reporter's summary: every scenario ran and passed.
