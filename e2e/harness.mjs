@@ -122,6 +122,7 @@ export async function startHttpGateway(configPath, { args = [], env = {} } = {})
     stdio: ["ignore", "ignore", "pipe"],
   });
   let admin;
+  let metrics;
   const url = await new Promise((resolve, reject) => {
     let seen = "";
     const timer = setTimeout(() => reject(new Error(`the gateway did not start:\n${seen}`)), 30000);
@@ -131,6 +132,8 @@ export async function startHttpGateway(configPath, { args = [], env = {} } = {})
       // Only a whole line: stderr may arrive cut anywhere.
       const a = /operator endpoint at (http:\/\/\S+)\/approvals\n/.exec(seen);
       if (a) admin = a[1];
+      const mt = /metrics at (http:\/\/\S+\/metrics)\n/.exec(seen);
+      if (mt) metrics = mt[1];
       const m = /serving MCP at (http:\/\/\S+\/mcp)\n/.exec(seen);
       if (m) { clearTimeout(timer); resolve(m[1]); }
     });
@@ -140,15 +143,17 @@ export async function startHttpGateway(configPath, { args = [], env = {} } = {})
   return {
     url,
     admin,
+    metrics,
     stop: async () => { child.kill("SIGINT"); return exited; },
   };
 }
 
 /** A real MCP client on an HTTP gateway. */
-export async function connectHttp(url, { onElicit } = {}) {
+export async function connectHttp(url, { onElicit, headers } = {}) {
   const client = newClient({ onElicit });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
-  return { client, close: () => client.close() };
+  const transport = new StreamableHTTPClientTransport(new URL(url), headers ? { requestInit: { headers } } : undefined);
+  await client.connect(transport);
+  return { client, transport, close: () => client.close() };
 }
 
 /** The code-mode result of an exec or wait call, checked for shape. */

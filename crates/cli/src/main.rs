@@ -46,6 +46,16 @@ use crate::tools_file::ToolsFile;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines on stderr as text (the default) or as JSON objects (one
+    /// per line, with the event's fields: session, call, server, ...).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -111,6 +121,14 @@ enum Command {
         /// calls the client cannot be asked about then wait for it.
         #[arg(long, value_name = "ADDR")]
         admin_listen: Option<std::net::SocketAddr>,
+        /// Also serve /metrics (Prometheus text, no authentication) at
+        /// http://ADDR/metrics for scrapers.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
+        /// Serve HTTP on a non-loopback address without `auth` (only when
+        /// something in front of the gateway authenticates).
+        #[arg(long)]
+        insecure_no_auth: bool,
     },
     /// List, approve or deny calls awaiting approval at a gateway's
     /// operator endpoint (token from CODEMODE_ADMIN_TOKEN).
@@ -161,11 +179,17 @@ fn main() -> ExitCode {
     let filter = std::env::var("CODEMODE_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt()
+    let cli = Cli::try_parse();
+    let json_logs = cli.as_ref().is_ok_and(|c| c.log_format == LogFormat::Json);
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .init();
-    let cli = match Cli::try_parse() {
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter));
+    if json_logs {
+        logs.json().with_current_span(false).init();
+    } else {
+        logs.init();
+    }
+    let cli = match cli {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -214,10 +238,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             max_http_sessions,
             http_idle_secs,
             admin_listen,
+            metrics,
+            insecure_no_auth,
         } => serve(
             &config,
-            http,
-            admin_listen,
+            Listeners {
+                http,
+                admin: admin_listen,
+                metrics,
+            },
             GatewayOptions {
                 policy: ToolPolicy { allow: None, deny },
                 allowed_hosts: allow_hosts,
@@ -225,6 +254,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 max_http_sessions: max_http_sessions.unwrap_or(0),
                 http_session_idle: http_idle_secs.map(std::time::Duration::from_secs),
                 operator_approvals: admin_listen.is_some(),
+                insecure_no_auth,
             },
         ),
         Command::Approvals { action, admin } => approvals(action, admin),
@@ -306,14 +336,21 @@ fn admin_token() -> Result<String> {
     })
 }
 
-fn serve(
-    config: &PathBuf,
+/// Where `serve` listens besides stdio.
+struct Listeners {
     http: Option<std::net::SocketAddr>,
     admin: Option<std::net::SocketAddr>,
-    options: GatewayOptions,
-) -> Result<ExitCode> {
+    metrics: Option<std::net::SocketAddr>,
+}
+
+fn serve(config: &PathBuf, listeners: Listeners, options: GatewayOptions) -> Result<ExitCode> {
     let (config, diagnostics) = load_config(Some(config))?;
     print_diagnostics(&diagnostics);
+    let Listeners {
+        http,
+        admin,
+        metrics,
+    } = listeners;
     let admin = match admin {
         Some(addr) => Some((addr, admin_token()?)),
         None => None,
@@ -321,6 +358,24 @@ fn serve(
     let tokio = tokio_runtime()?;
     let served = tokio.block_on(async move {
         let gateway = Gateway::start(config, options)?;
+        if let Some(addr) = metrics {
+            let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+            let metrics_gateway = gateway.clone();
+            let serving = tokio::spawn(async move {
+                metrics_gateway
+                    .serve_metrics(addr, |bound| {
+                        eprintln!("codemode: metrics at http://{bound}/metrics");
+                        let _ = bound_tx.send(());
+                    })
+                    .await
+            });
+            if bound_rx.await.is_err() {
+                return match serving.await {
+                    Ok(Err(e)) => Err(anyhow::anyhow!("metrics endpoint: {e}")),
+                    _ => Err(anyhow::anyhow!("metrics endpoint did not start")),
+                };
+            }
+        }
         if let Some((addr, token)) = admin {
             let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
             let admin_gateway = gateway.clone();

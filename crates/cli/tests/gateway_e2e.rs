@@ -43,6 +43,16 @@ fn typescript_mcp_client_meets_approvals_and_hooks() {
     assert!(out.contains("ℹ pass 13"), "every scenario ran: {out}");
 }
 
+/// Production HTTP (`e2e/auth.test.mjs`): bearer tokens (missing, wrong,
+/// right), sessions bound to their principal, the per-principal limit,
+/// `/metrics` parsed by a Prometheus text parser, and the refusal to serve
+/// a non-loopback address without auth.
+#[test]
+fn typescript_mcp_client_with_bearer_tokens_and_metrics() {
+    let out = node_suite("auth.test.mjs");
+    assert!(out.contains("ℹ pass 6"), "every scenario ran: {out}");
+}
+
 /// `codemode catalog --config FILE`: its JSON lines and its stderr.
 fn catalog(config: &str) -> (Vec<serde_json::Value>, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))

@@ -197,6 +197,27 @@ pub struct GatewayConfig {
     pub approvals: ApprovalMode,
     /// `hooks.beforeToolCall`, if any.
     pub before_tool_call: Option<HookConfig>,
+    /// `auth`: how HTTP clients authenticate (`None`: they do not).
+    pub auth: Option<AuthConfig>,
+}
+
+/// One of `auth.bearerTokens`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BearerToken {
+    /// The principal it stands for (`name`, else `token-<n>` by position).
+    pub name: String,
+    /// The token (at least 16 bytes).
+    pub token: Secret,
+}
+
+/// `auth`: who may use the HTTP endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthConfig {
+    /// `bearerTokens`.
+    pub bearer_tokens: Vec<BearerToken>,
+    /// `maxConcurrentExecs`: `exec`/`wait` calls one principal may run at
+    /// once, over all its sessions (default 32).
+    pub max_concurrent_execs: usize,
 }
 
 /// Everything wrong with a config file.
@@ -247,6 +268,7 @@ pub fn parse_config(
     let mut policy = ToolPolicy::default();
     let mut approvals = ApprovalMode::default();
     let mut before_tool_call = None;
+    let mut auth = None;
     for (key, value) in object {
         match key.as_str() {
             "tools" => match value {
@@ -278,6 +300,7 @@ pub fn parse_config(
             "mcpServers" => {}
             "approvals" => approvals = parse_approvals(value, env, &mut errors, &mut diagnostics),
             "hooks" => before_tool_call = parse_hooks(value, env, &mut errors, &mut diagnostics),
+            "auth" => auth = parse_auth(value, env, &mut errors, &mut diagnostics),
             other => diagnostics.push(unknown(other)),
         }
     }
@@ -308,6 +331,7 @@ pub fn parse_config(
                 policy,
                 approvals,
                 before_tool_call,
+                auth,
             },
             diagnostics,
         ))
@@ -354,6 +378,129 @@ fn parse_approvals(
             ApprovalMode::default()
         }
     }
+}
+
+/// The shortest bearer token accepted (a guessable token is no auth).
+pub const MIN_BEARER_TOKEN_BYTES: usize = 16;
+const DEFAULT_MAX_CONCURRENT_EXECS: usize = 32;
+
+fn parse_auth(
+    value: &Value,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<AuthConfig> {
+    let Some(object) = value.as_object() else {
+        errors.push(error(
+            "auth",
+            "expected an object like { bearerTokens: [\"${CODEMODE_TOKEN}\"] }",
+        ));
+        return None;
+    };
+    for key in object.keys() {
+        if !["bearerTokens", "maxConcurrentExecs"].contains(&key.as_str()) {
+            diagnostics.push(unknown(&join("auth", key)));
+        }
+    }
+    let before = errors.len();
+    let max_concurrent_execs = match object.get("maxConcurrentExecs") {
+        None => DEFAULT_MAX_CONCURRENT_EXECS,
+        Some(value) => match value.as_u64() {
+            Some(n @ 1..=4096) => n as usize,
+            _ => {
+                errors.push(error(
+                    "auth.maxConcurrentExecs",
+                    "expected an integer from 1 to 4096",
+                ));
+                DEFAULT_MAX_CONCURRENT_EXECS
+            }
+        },
+    };
+    let Some(Value::Array(items)) = object.get("bearerTokens") else {
+        errors.push(error(
+            "auth.bearerTokens",
+            "expected an array of tokens (\"${NAME}\" or { name, token }); the gateway has no other client authentication yet",
+        ));
+        return None;
+    };
+    if items.is_empty() {
+        errors.push(error(
+            "auth.bearerTokens",
+            "no tokens: nobody could connect; add one, or remove `auth` to run without authentication (loopback only)",
+        ));
+    }
+    let mut tokens: Vec<BearerToken> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("auth.bearerTokens[{i}]");
+        let (name, raw) = match item {
+            Value::String(token) => (format!("token-{}", i + 1), token.clone()),
+            Value::Object(entry) => {
+                for key in entry
+                    .keys()
+                    .filter(|k| !["name", "token"].contains(&k.as_str()))
+                {
+                    diagnostics.push(unknown(&join(&path, key)));
+                }
+                match (entry.get("name"), entry.get("token")) {
+                    (Some(Value::String(name)), Some(Value::String(token)))
+                        if !name.trim().is_empty() && name.len() <= 128 =>
+                    {
+                        (name.clone(), token.clone())
+                    }
+                    _ => {
+                        errors.push(error(
+                            &path,
+                            "expected { name: \"alice\", token: \"${ALICE_TOKEN}\" } (a name of 1 to 128 bytes and a token)",
+                        ));
+                        continue;
+                    }
+                }
+            }
+            _ => {
+                errors.push(error(&path, "expected a token string or { name, token }"));
+                continue;
+            }
+        };
+        let token = match expand(&raw, env) {
+            Ok(token) => token,
+            Err(message) => {
+                errors.push(ConfigError { path, message });
+                continue;
+            }
+        };
+        // Never echo the token itself: it is a secret.
+        if token.len() < MIN_BEARER_TOKEN_BYTES {
+            errors.push(ConfigError {
+                path,
+                message: format!(
+                    "the token is shorter than {MIN_BEARER_TOKEN_BYTES} bytes; use a long random value (e.g. `openssl rand -hex 32`)"
+                ),
+            });
+            continue;
+        }
+        if tokens.iter().any(|t| t.name == name) {
+            errors.push(ConfigError {
+                path,
+                message: format!("the name `{name}` is used by another token"),
+            });
+            continue;
+        }
+        if tokens.iter().any(|t| t.token.expose() == token) {
+            errors.push(ConfigError {
+                path,
+                message: "the same token is listed twice".into(),
+            });
+            continue;
+        }
+        tokens.push(BearerToken {
+            name,
+            token: Secret::new(token),
+        });
+    }
+    (errors.len() == before).then_some(AuthConfig {
+        bearer_tokens: tokens,
+        max_concurrent_execs,
+    })
 }
 
 const DEFAULT_HOOK_TIMEOUT_MS: u64 = 5_000;
@@ -891,6 +1038,38 @@ mod tests {
         let hook = config.before_tool_call.unwrap();
         assert_eq!(hook.target, HookTarget::Url("http://127.0.0.1:9/h".into()));
         assert_eq!(hook.timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn bearer_tokens_parse_with_names_and_are_never_echoed() {
+        let (config, _) = parse(
+            r#"{ auth: { bearerTokens: ["${TOKEN}-0123456789", { name: "ci", token: "ci-token-0123456789" }], maxConcurrentExecs: 4 } }"#,
+        )
+        .unwrap();
+        let auth = config.auth.unwrap();
+        assert_eq!(auth.max_concurrent_execs, 4);
+        let names: Vec<&str> = auth.bearer_tokens.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["token-1", "ci"]);
+        assert_eq!(auth.bearer_tokens[0].token.expose(), "s3cret-0123456789");
+        assert!(!format!("{auth:?}").contains("s3cret"));
+
+        let err = parse(
+            r#"{ auth: { bearerTokens: ["${TOKEN}", { name: "a", token: "aaaaaaaaaaaaaaaaaaaa" }, { name: "a", token: "bbbbbbbbbbbbbbbbbbbbb" }, 7] } }"#,
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("auth.bearerTokens[0]") && text.contains("shorter than 16 bytes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("auth.bearerTokens[2]") && text.contains("used by another token"),
+            "{text}"
+        );
+        assert!(text.contains("auth.bearerTokens[3]"), "{text}");
+        assert!(!text.contains("s3cret"), "{text}");
+        let err = parse(r#"{ auth: { bearerTokens: [] } }"#).unwrap_err();
+        assert!(err.to_string().contains("nobody could connect"), "{err}");
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! HTTP ([`Gateway::serve_http`]).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use codemode_runtime::{
     CodeModeResult, CodeModeRuntime, CodeModeSession, RunContext, RuntimeError, ToolHooks,
@@ -30,7 +31,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::approvals::ClientApprover;
-use crate::config::{ApprovalMode, GatewayConfig};
+use crate::auth::{ClientAuth, Principal};
+use crate::config::{ApprovalMode, AuthConfig, GatewayConfig};
 use crate::hooks::ConfiguredHook;
 use crate::upstreams::Upstreams;
 
@@ -54,6 +56,11 @@ pub enum GatewayError {
     /// Binding or serving failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// HTTP on a non-loopback address without `auth`.
+    #[error(
+        "refusing to serve MCP on {0} without authentication: anyone who can reach it could call every upstream tool; configure `auth.bearerTokens` in the config, bind a loopback address (127.0.0.1), or pass --insecure-no-auth if something in front of the gateway authenticates"
+    )]
+    Unauthenticated(SocketAddr),
     /// The MCP handshake over stdio failed.
     #[error("MCP over stdio: {0}")]
     Stdio(String),
@@ -84,6 +91,9 @@ pub struct GatewayOptions {
     /// Calls needing approval that the client cannot be asked about wait
     /// for an operator ([`Gateway::serve_admin`]) instead of being denied.
     pub operator_approvals: bool,
+    /// Serve HTTP on a non-loopback address without `auth` (something in
+    /// front of the gateway authenticates).
+    pub insecure_no_auth: bool,
 }
 
 /// The default for [`GatewayOptions::max_http_sessions`].
@@ -104,6 +114,10 @@ struct Shared {
     hook: Option<Arc<ConfiguredHook>>,
     approvals: ApprovalMode,
     operator_approvals: bool,
+    auth: Option<AuthConfig>,
+    insecure_no_auth: bool,
+    /// `exec`/`wait` calls running now, per principal.
+    running_by_principal: Mutex<HashMap<String, usize>>,
 }
 
 /// The gateway: one per process. Cheap to clone.
@@ -155,6 +169,9 @@ impl Gateway {
                 hook,
                 approvals: config.approvals,
                 operator_approvals: options.operator_approvals,
+                auth: config.auth,
+                insecure_no_auth: options.insecure_no_auth,
+                running_by_principal: Mutex::default(),
             }),
         })
     }
@@ -239,6 +256,9 @@ impl Gateway {
         addr: SocketAddr,
         on_bound: impl FnOnce(SocketAddr),
     ) -> Result<(), GatewayError> {
+        if self.shared.auth.is_none() && !addr.ip().is_loopback() && !self.shared.insecure_no_auth {
+            return Err(GatewayError::Unauthenticated(addr));
+        }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let bound = listener.local_addr()?;
         on_bound(bound);
@@ -282,12 +302,30 @@ impl Gateway {
                 .enforce_origin_validation()
                 .with_cancellation_token(ct.child_token()),
         );
-        let app =
-            axum::Router::new()
-                .nest_service("/mcp", service)
-                .layer(axum::middleware::from_fn(move |request, next| {
-                    http_conformance(Arc::clone(&known_sessions), request, next)
-                }));
+        let metrics_gateway = self.clone();
+        let mut app = axum::Router::new()
+            .nest_service("/mcp", service)
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let gateway = metrics_gateway.clone();
+                    async move { gateway.metrics_response() }
+                }),
+            )
+            .layer(axum::middleware::from_fn({
+                let known_sessions = Arc::clone(&known_sessions);
+                move |request, next| http_conformance(Arc::clone(&known_sessions), request, next)
+            }));
+        if let Some(auth) = &self.shared.auth {
+            let auth = Arc::new(ClientAuth::new(
+                auth.bearer_tokens.clone(),
+                known_sessions,
+                max_sessions,
+            ));
+            app = app.layer(axum::middleware::from_fn(move |request, next| {
+                crate::auth::require_token(Arc::clone(&auth), request, next)
+            }));
+        }
         info!(%bound, "serving MCP over streamable HTTP at /mcp");
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { ct.cancelled().await })
@@ -325,6 +363,61 @@ impl Gateway {
             self.shared.shutdown.clone(),
         )
         .await?;
+        Ok(())
+    }
+
+    /// The `/metrics` answer: OpenMetrics text with its content type.
+    fn metrics_response(&self) -> ([(http::header::HeaderName, &'static str); 1], String) {
+        (
+            [(
+                http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            self.metrics_text(),
+        )
+    }
+
+    /// The OpenMetrics text of every metric, gauges read now.
+    pub fn metrics_text(&self) -> String {
+        let runtime = &self.shared.runtime;
+        crate::metrics::render(crate::metrics::Snapshot {
+            suspended_runs: runtime.suspended_runs(),
+            store_bytes: runtime.suspended_bytes(),
+            sessions: self.shared.open_sessions.load(Ordering::SeqCst),
+            upstreams: self
+                .shared
+                .upstreams
+                .servers()
+                .iter()
+                .map(|s| (s.name(), s.is_ready()))
+                .collect(),
+        })
+    }
+
+    /// Serves `/metrics` alone at `addr` (for scrapers; no authentication:
+    /// bind it where only they reach it) until [`Gateway::shutdown`].
+    ///
+    /// # Errors
+    /// [`GatewayError::Io`] when the address cannot be bound.
+    pub async fn serve_metrics(
+        &self,
+        addr: SocketAddr,
+        on_bound: impl FnOnce(SocketAddr),
+    ) -> Result<(), GatewayError> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        on_bound(listener.local_addr()?);
+        let gateway = self.clone();
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let gateway = gateway.clone();
+                async move { gateway.metrics_response() }
+            }),
+        );
+        let ct = self.shared.shutdown.clone();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { ct.cancelled().await })
+            .await?;
         Ok(())
     }
 
@@ -602,6 +695,20 @@ impl ServerHandler for GatewaySession {
             })
         };
         let _stop_watcher = AbortOnDrop(watcher);
+        let principal = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+            .cloned();
+        let _running = match self.admit(principal.as_ref()) {
+            Ok(running) => running,
+            Err(refused) => {
+                crate::metrics::record_call(&request.name, &refused, 0.0);
+                return Ok(Self::tool_result(&refused).into());
+            }
+        };
+        let started = std::time::Instant::now();
+        let tool = request.name.clone();
         let result = match request.name.as_ref() {
             "exec" => {
                 self.refresh_catalog().await;
@@ -617,7 +724,63 @@ impl ServerHandler for GatewaySession {
                 ));
             }
         };
+        crate::metrics::record_call(&tool, &result, started.elapsed().as_secs_f64());
         Ok(Self::tool_result(&result).into())
+    }
+}
+
+/// One running `exec`/`wait` of a principal, counted until dropped.
+struct Running {
+    shared: Arc<Shared>,
+    principal: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = self
+            .shared
+            .running_by_principal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = running.get_mut(&self.principal) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.principal);
+            }
+        }
+    }
+}
+
+impl GatewaySession {
+    /// Counts one more running call for `principal` under
+    /// `auth.maxConcurrentExecs`; the refusal is a `runtime_unavailable`
+    /// result naming the limit.
+    fn admit(&self, principal: Option<&Principal>) -> Result<Option<Running>, Box<CodeModeResult>> {
+        let (Some(principal), Some(auth)) = (principal, &self.shared.auth) else {
+            return Ok(None);
+        };
+        let max = auth.max_concurrent_execs;
+        let mut running = self
+            .shared
+            .running_by_principal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let n = running.entry(principal.0.clone()).or_insert(0);
+        if *n >= max {
+            return Err(Box::new(CodeModeResult::failure(
+                codemode_runtime::ErrorCode::RuntimeUnavailable,
+                format!(
+                    "principal `{}` already has {max} exec/wait calls running (auth.maxConcurrentExecs); wait for one to finish",
+                    principal.0
+                ),
+                codemode_runtime::Telemetry::default(),
+            )));
+        }
+        *n += 1;
+        Ok(Some(Running {
+            shared: Arc::clone(&self.shared),
+            principal: principal.0.clone(),
+        }))
     }
 }
 

@@ -15,6 +15,9 @@
 //!   through MCP elicitation; fail closed without it.
 //! - [`hooks`]: `hooks.beforeToolCall` (a command or a URL), fail closed.
 //! - [`admin`]: the operator endpoint for approvals (off by default).
+//! - [`auth`]: bearer tokens for HTTP clients; a session belongs to the
+//!   principal that opened it.
+//! - `metrics`: Prometheus metrics at `/metrics`.
 //! - `stdio_guard`: between the stdio client and the SDK: lines the SDK
 //!   would drop silently (garbage, too deep, too large, non-object
 //!   `arguments`) get their JSON-RPC error instead of silence.
@@ -34,17 +37,19 @@
 
 pub mod admin;
 mod approvals;
+pub mod auth;
 pub mod config;
 pub mod gateway;
 pub mod hooks;
+mod metrics;
 mod stdio_guard;
 pub mod upstream;
 mod upstream_stdio;
 pub mod upstreams;
 
 pub use config::{
-    ApprovalMode, ConfigProblems, GatewayConfig, HookConfig, HookTarget, McpServerConfig, Secret,
-    Transport, parse_config,
+    ApprovalMode, AuthConfig, BearerToken, ConfigProblems, GatewayConfig, HookConfig, HookTarget,
+    McpServerConfig, Secret, Transport, parse_config,
 };
 pub use gateway::{Gateway, GatewayError, GatewayOptions, GatewaySession};
 pub use upstreams::Upstreams;

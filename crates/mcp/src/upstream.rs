@@ -271,6 +271,7 @@ impl Upstream {
                 break;
             }
             warn!(server = %self.config.name, "MCP server connection ended; restarting");
+            crate::metrics::upstream_restart(&self.config.name);
         }
         self.status.send_replace(Status::Stopped);
         self.first_attempt.send_replace(true);
@@ -279,6 +280,7 @@ impl Upstream {
 
     async fn mark_down(&self, error: UpstreamError, backoff: &mut Duration) {
         warn!(server = %self.config.name, error = %error, retry_in_ms = backoff.as_millis() as u64, "MCP server unavailable");
+        crate::metrics::upstream_restart(&self.config.name);
         self.status.send_replace(Status::Down {
             error: error.0,
             retry_at: Instant::now() + *backoff,

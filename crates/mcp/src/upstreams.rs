@@ -220,10 +220,13 @@ impl ToolExecutor for UpstreamExecutor {
                 Value::Object(map) => map,
                 _ => serde_json::Map::new(),
             };
-            server
+            let started = std::time::Instant::now();
+            let outcome = server
                 .call_tool(&tool.name, input)
                 .await
-                .map_err(|e| ToolCallError::new(e.0))
+                .map_err(|e| ToolCallError::new(e.0));
+            crate::metrics::record_nested(&tool.source_name, started.elapsed().as_secs_f64());
+            outcome
         })
     }
 

@@ -1,0 +1,250 @@
+//! Authentication of HTTP clients (`auth.bearerTokens`): every request to
+//! `/mcp` and `/metrics` needs `Authorization: Bearer <token>` naming one
+//! of the configured tokens (compared in constant time, against every
+//! token). The matching token's name is the request's principal; an MCP
+//! session belongs to the principal that opened it, and a request naming
+//! another principal's session is refused, so runs never cross principals.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+use crate::config::BearerToken;
+
+/// Who made a request: the name of the token it carried.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal(pub String);
+
+/// Equal without an early exit: the time depends on the length of `a`
+/// (the token a client sent) only, never on where the inputs differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    compare(a, b).0
+}
+
+/// The comparison and how many bytes it looked at (always `a.len()`).
+fn compare(a: &[u8], b: &[u8]) -> (bool, usize) {
+    let mut diff = u8::from(a.len() != b.len());
+    let mut steps = 0;
+    for (i, x) in a.iter().enumerate() {
+        // Compare against the other side cyclically, so a length mismatch
+        // still walks all of `a`.
+        let y = if b.is_empty() { 0 } else { b[i % b.len()] };
+        diff |= x ^ y;
+        steps += 1;
+    }
+    (std::hint::black_box(diff) == 0, steps)
+}
+
+/// The configured tokens and which principal owns each open session.
+pub(crate) struct ClientAuth {
+    tokens: Vec<BearerToken>,
+    owners: Mutex<HashMap<String, Principal>>,
+    sessions: Arc<LocalSessionManager>,
+    /// Past this many remembered sessions, ended ones are forgotten.
+    prune_above: usize,
+}
+
+impl ClientAuth {
+    pub(crate) fn new(
+        tokens: Vec<BearerToken>,
+        sessions: Arc<LocalSessionManager>,
+        max_sessions: usize,
+    ) -> ClientAuth {
+        ClientAuth {
+            tokens,
+            owners: Mutex::default(),
+            sessions,
+            prune_above: max_sessions.saturating_mul(2).max(64),
+        }
+    }
+
+    /// The principal of a bearer token, checking every configured token.
+    pub(crate) fn principal(&self, token: &str) -> Option<Principal> {
+        let mut found = None;
+        for configured in &self.tokens {
+            if constant_time_eq(token.as_bytes(), configured.token.expose().as_bytes()) {
+                found = Some(Principal(configured.name.clone()));
+            }
+        }
+        found
+    }
+
+    fn owner(&self, session: &str) -> Option<Principal> {
+        self.owners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(session)
+            .cloned()
+    }
+
+    async fn bind(&self, session: String, principal: Principal) {
+        let full = {
+            let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+            owners.insert(session, principal);
+            owners.len() > self.prune_above
+        };
+        if full {
+            // Forget sessions that ended (live ones are bounded by the
+            // session cap, so this keeps the map bounded too).
+            let known: Vec<String> = self
+                .owners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .keys()
+                .cloned()
+                .collect();
+            let mut ended = Vec::new();
+            for id in known {
+                if !self
+                    .sessions
+                    .has_session(&id.as_str().into())
+                    .await
+                    .unwrap_or(false)
+                {
+                    ended.push(id);
+                }
+            }
+            let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+            for id in ended {
+                owners.remove(&id);
+            }
+        }
+    }
+}
+
+fn unauthorized(header_given: bool) -> Response {
+    let challenge = if header_given {
+        "Bearer realm=\"codemode\", error=\"invalid_token\""
+    } else {
+        "Bearer realm=\"codemode\""
+    };
+    let mut response = (
+        http::StatusCode::UNAUTHORIZED,
+        "Unauthorized: this gateway needs `Authorization: Bearer <token>` with one of its configured tokens (auth.bearerTokens)",
+    )
+        .into_response();
+    if let Ok(value) = http::HeaderValue::from_str(challenge) {
+        response
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// The middleware: 401 without a valid token, 403 for another principal's
+/// session; otherwise the request goes on carrying its [`Principal`].
+pub(crate) async fn require_token(
+    auth: Arc<ClientAuth>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let header = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let given = header.is_some();
+    let token = header
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .unwrap_or("");
+    let Some(principal) = auth.principal(token).filter(|_| !token.is_empty()) else {
+        tracing::warn!(target: "codemode::auth", "request refused: missing or unknown bearer token");
+        crate::metrics::auth_failure();
+        return unauthorized(given);
+    };
+    let session = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session
+        && let Some(owner) = auth.owner(id)
+        && owner != principal
+    {
+        tracing::warn!(target: "codemode::auth", principal = %principal.0, "request for another principal's session refused");
+        crate::metrics::auth_failure();
+        return (
+            http::StatusCode::FORBIDDEN,
+            "Forbidden: this MCP session belongs to another principal",
+        )
+            .into_response();
+    }
+    request.extensions_mut().insert(principal.clone());
+    let response = next.run(request).await;
+    if session.is_none()
+        && let Some(id) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        auth.bind(id.to_owned(), principal).await;
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_is_equality() {
+        assert!(constant_time_eq(b"secret-token-1234", b"secret-token-1234"));
+        assert!(!constant_time_eq(
+            b"secret-token-1234",
+            b"secret-token-1235"
+        ));
+        assert!(!constant_time_eq(b"secret", b"secret-token-1234"));
+        assert!(!constant_time_eq(b"secret-token-1234", b"secret"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(!constant_time_eq(b"x", b""));
+        assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn the_comparison_looks_at_every_byte_wherever_the_inputs_differ() {
+        let token = vec![b'a'; 4096];
+        let mut first = token.clone();
+        first[0] = b'b';
+        let mut last = token.clone();
+        last[4095] = b'b';
+        for other in [&first[..], &last[..], &token[..10], &[][..], &token[..]] {
+            let (equal, steps) = compare(&token, other);
+            assert_eq!(equal, other == &token[..]);
+            assert_eq!(steps, token.len(), "no early exit");
+        }
+    }
+
+    #[test]
+    fn every_token_is_checked_and_names_its_principal() {
+        let auth = ClientAuth::new(
+            vec![
+                BearerToken {
+                    name: "alice".into(),
+                    token: crate::Secret::new("alice-token-0123456789"),
+                },
+                BearerToken {
+                    name: "bob".into(),
+                    token: crate::Secret::new("bob-token-0123456789ab"),
+                },
+            ],
+            Arc::new(LocalSessionManager::default()),
+            16,
+        );
+        assert_eq!(
+            auth.principal("bob-token-0123456789ab"),
+            Some(Principal("bob".into()))
+        );
+        assert_eq!(
+            auth.principal("alice-token-0123456789"),
+            Some(Principal("alice".into()))
+        );
+        assert_eq!(auth.principal("alice-token-012345678"), None);
+        assert_eq!(auth.principal(""), None);
+    }
+}
