@@ -116,8 +116,8 @@ export async function connectStdio(configPath, { onElicit, args = [] } = {}) {
 
 /** Starts `codemode serve --http 127.0.0.1:0`; returns { url, stop }
  * (and `admin`, the operator endpoint's URL, when `args` ask for one). */
-export async function startHttpGateway(configPath, { args = [], env = {} } = {}) {
-  const child = spawn(BIN, ["serve", "--config", configPath, "--http", "127.0.0.1:0", ...args], {
+export async function startHttpGateway(configPath, { args = [], env = {}, bin = BIN } = {}) {
+  const child = spawn(bin, ["serve", "--config", configPath, "--http", "127.0.0.1:0", ...args], {
     env: { ...process.env, CODEMODE_LOG: process.env.CODEMODE_LOG ?? "warn", ...env },
     stdio: ["ignore", "ignore", "pipe"],
   });

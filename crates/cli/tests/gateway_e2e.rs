@@ -53,6 +53,16 @@ fn typescript_mcp_client_with_bearer_tokens_and_metrics() {
     assert!(out.contains("ℹ pass 6"), "every scenario ran: {out}");
 }
 
+/// OAuth (`e2e/oauth.test.mjs`): the gateway as a protected resource
+/// against an authorization server the test runs on loopback (its own RSA
+/// keys and JWKS): metadata, valid, expired, wrong-audience, wrong-issuer,
+/// forged and symmetric tokens, and a key rotation.
+#[test]
+fn typescript_mcp_client_with_oauth_access_tokens() {
+    let out = node_suite("oauth.test.mjs");
+    assert!(out.contains("ℹ pass 8"), "every scenario ran: {out}");
+}
+
 /// `codemode catalog --config FILE`: its JSON lines and its stderr.
 fn catalog(config: &str) -> (Vec<serde_json::Value>, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))

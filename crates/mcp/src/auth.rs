@@ -13,6 +13,7 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use crate::config::BearerToken;
+use crate::oauth::TokenValidator;
 
 /// Who made a request: the name of the token it carried.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -41,6 +42,8 @@ fn compare(a: &[u8], b: &[u8]) -> (bool, usize) {
 /// The configured tokens and which principal owns each open session.
 pub(crate) struct ClientAuth {
     tokens: Vec<BearerToken>,
+    /// `auth.oauth`: JWT access tokens of an issuer.
+    pub(crate) oauth: Option<TokenValidator>,
     owners: Mutex<HashMap<String, Principal>>,
     sessions: Arc<LocalSessionManager>,
     /// Past this many remembered sessions, ended ones are forgotten.
@@ -50,11 +53,13 @@ pub(crate) struct ClientAuth {
 impl ClientAuth {
     pub(crate) fn new(
         tokens: Vec<BearerToken>,
+        oauth: Option<TokenValidator>,
         sessions: Arc<LocalSessionManager>,
         max_sessions: usize,
     ) -> ClientAuth {
         ClientAuth {
             tokens,
+            oauth,
             owners: Mutex::default(),
             sessions,
             prune_above: max_sessions.saturating_mul(2).max(64),
@@ -115,18 +120,33 @@ impl ClientAuth {
     }
 }
 
-fn unauthorized(header_given: bool) -> Response {
-    let challenge = if header_given {
-        "Bearer realm=\"codemode\", error=\"invalid_token\""
-    } else {
-        "Bearer realm=\"codemode\""
+/// Header values cannot hold everything a reason might say.
+fn quoted(text: &str) -> String {
+    text.chars()
+        .filter(|c| c.is_ascii() && !c.is_ascii_control() && *c != '"' && *c != '\\')
+        .take(200)
+        .collect()
+}
+
+fn unauthorized(auth: &ClientAuth, header_given: bool, reason: Option<&str>) -> Response {
+    let mut challenge = String::from("Bearer realm=\"codemode\"");
+    if let Some(oauth) = &auth.oauth {
+        challenge.push_str(&format!(", resource_metadata=\"{}\"", oauth.metadata_url()));
+    }
+    if header_given {
+        challenge.push_str(", error=\"invalid_token\"");
+        if let Some(reason) = reason {
+            challenge.push_str(&format!(", error_description=\"{}\"", quoted(reason)));
+        }
+    }
+    let body = match reason {
+        Some(reason) => format!(
+            "Unauthorized: {reason}; this gateway needs `Authorization: Bearer <token>` (auth.bearerTokens or an OAuth access token)"
+        ),
+        None => "Unauthorized: this gateway needs `Authorization: Bearer <token>` with one of its configured tokens (auth.bearerTokens) or an OAuth access token (auth.oauth)".into(),
     };
-    let mut response = (
-        http::StatusCode::UNAUTHORIZED,
-        "Unauthorized: this gateway needs `Authorization: Bearer <token>` with one of its configured tokens (auth.bearerTokens)",
-    )
-        .into_response();
-    if let Ok(value) = http::HeaderValue::from_str(challenge) {
+    let mut response = (http::StatusCode::UNAUTHORIZED, body).into_response();
+    if let Ok(value) = http::HeaderValue::from_str(&challenge) {
         response
             .headers_mut()
             .insert(http::header::WWW_AUTHENTICATE, value);
@@ -153,10 +173,21 @@ pub(crate) async fn require_token(
         })
         .map(str::trim)
         .unwrap_or("");
-    let Some(principal) = auth.principal(token).filter(|_| !token.is_empty()) else {
-        tracing::warn!(target: "codemode::auth", "request refused: missing or unknown bearer token");
+    let mut reason = None;
+    let mut principal = auth.principal(token).filter(|_| !token.is_empty());
+    if principal.is_none()
+        && !token.is_empty()
+        && let Some(oauth) = &auth.oauth
+    {
+        match oauth.validate(token).await {
+            Ok(p) => principal = Some(p),
+            Err(why) => reason = Some(why),
+        }
+    }
+    let Some(principal) = principal else {
+        tracing::warn!(target: "codemode::auth", reason = reason.as_deref().unwrap_or("missing or unknown bearer token"), "request refused");
         crate::metrics::auth_failure();
-        return unauthorized(given);
+        return unauthorized(&auth, given, reason.as_deref());
     };
     let session = request
         .headers()
@@ -233,6 +264,7 @@ mod tests {
                     token: crate::Secret::new("bob-token-0123456789ab"),
                 },
             ],
+            None,
             Arc::new(LocalSessionManager::default()),
             16,
         );

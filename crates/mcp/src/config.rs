@@ -210,11 +210,26 @@ pub struct BearerToken {
     pub token: Secret,
 }
 
+/// `auth.oauth`: the gateway as an OAuth 2.1 protected resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthResource {
+    /// The authorization server (`iss` of accepted tokens).
+    pub issuer: String,
+    /// This gateway's MCP endpoint as clients reach it
+    /// (`https://gw.example.com/mcp`): the audience tokens must name.
+    pub resource: String,
+    /// Where the issuer's keys are; found through the issuer's metadata
+    /// when absent.
+    pub jwks_uri: Option<String>,
+}
+
 /// `auth`: who may use the HTTP endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthConfig {
     /// `bearerTokens`.
     pub bearer_tokens: Vec<BearerToken>,
+    /// `oauth`.
+    pub oauth: Option<OAuthResource>,
     /// `maxConcurrentExecs`: `exec`/`wait` calls one principal may run at
     /// once, over all its sessions (default 32).
     pub max_concurrent_execs: usize,
@@ -398,7 +413,7 @@ fn parse_auth(
         return None;
     };
     for key in object.keys() {
-        if !["bearerTokens", "maxConcurrentExecs"].contains(&key.as_str()) {
+        if !["bearerTokens", "maxConcurrentExecs", "oauth"].contains(&key.as_str()) {
             diagnostics.push(unknown(&join("auth", key)));
         }
     }
@@ -416,14 +431,22 @@ fn parse_auth(
             }
         },
     };
-    let Some(Value::Array(items)) = object.get("bearerTokens") else {
-        errors.push(error(
-            "auth.bearerTokens",
-            "expected an array of tokens (\"${NAME}\" or { name, token }); the gateway has no other client authentication yet",
-        ));
-        return None;
+    let oauth = object
+        .get("oauth")
+        .and_then(|value| parse_oauth(value, env, errors, diagnostics));
+    let empty = Vec::new();
+    let items = match object.get("bearerTokens") {
+        Some(Value::Array(items)) => items,
+        None if object.contains_key("oauth") => &empty,
+        _ => {
+            errors.push(error(
+                "auth.bearerTokens",
+                "expected an array of tokens (\"${NAME}\" or { name, token }), or `auth.oauth`",
+            ));
+            return None;
+        }
     };
-    if items.is_empty() {
+    if items.is_empty() && !object.contains_key("oauth") {
         errors.push(error(
             "auth.bearerTokens",
             "no tokens: nobody could connect; add one, or remove `auth` to run without authentication (loopback only)",
@@ -499,7 +522,63 @@ fn parse_auth(
     }
     (errors.len() == before).then_some(AuthConfig {
         bearer_tokens: tokens,
+        oauth,
         max_concurrent_execs,
+    })
+}
+
+fn parse_oauth(
+    value: &Value,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<OAuthResource> {
+    let path = "auth.oauth";
+    let Some(object) = value.as_object() else {
+        errors.push(error(
+            path,
+            "expected { issuer: \"https://auth.example.com\", resource: \"https://gw.example.com/mcp\" }",
+        ));
+        return None;
+    };
+    for key in object.keys() {
+        if !["issuer", "resource", "jwksUri"].contains(&key.as_str()) {
+            diagnostics.push(unknown(&join(path, key)));
+        }
+    }
+    let before = errors.len();
+    let mut fields = Fields {
+        path,
+        object,
+        env,
+        errors,
+    };
+    let url = |fields: &mut Fields<'_>, key: &str, required: bool| match fields.string(key) {
+        Some(u) if u.starts_with("https://") || u.starts_with("http://") => Some(u),
+        Some(_) => {
+            fields.fail(
+                key,
+                "expected an https:// (or, for tests on loopback, http://) URL",
+            );
+            None
+        }
+        None => {
+            if required {
+                fields.fail(key, "required");
+            }
+            None
+        }
+    };
+    let issuer = url(&mut fields, "issuer", true);
+    let resource = url(&mut fields, "resource", true);
+    let jwks_uri = url(&mut fields, "jwksUri", false);
+    if errors.len() > before {
+        return None;
+    }
+    Some(OAuthResource {
+        issuer: issuer?,
+        resource: resource?,
+        jwks_uri,
     })
 }
 
@@ -1070,6 +1149,31 @@ mod tests {
         assert!(!text.contains("s3cret"), "{text}");
         let err = parse(r#"{ auth: { bearerTokens: [] } }"#).unwrap_err();
         assert!(err.to_string().contains("nobody could connect"), "{err}");
+    }
+
+    #[test]
+    fn oauth_parses_alone_or_beside_tokens() {
+        let (config, _) = parse(
+            r#"{ auth: { oauth: { issuer: "https://auth.example.com", resource: "https://gw.example.com/mcp" } } }"#,
+        )
+        .unwrap();
+        let auth = config.auth.unwrap();
+        assert!(auth.bearer_tokens.is_empty());
+        let oauth = auth.oauth.unwrap();
+        assert_eq!(oauth.issuer, "https://auth.example.com");
+        assert_eq!(oauth.resource, "https://gw.example.com/mcp");
+        assert_eq!(oauth.jwks_uri, None);
+        let err =
+            parse(r#"{ auth: { oauth: { issuer: "auth.example.com", jwksUri: "ftp://x" } } }"#)
+                .unwrap_err()
+                .to_string();
+        for path in [
+            "auth.oauth.issuer",
+            "auth.oauth.resource",
+            "auth.oauth.jwksUri",
+        ] {
+            assert!(err.contains(path), "{path}: {err}");
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ use crate::approvals::ClientApprover;
 use crate::auth::{ClientAuth, Principal};
 use crate::config::{ApprovalMode, AuthConfig, GatewayConfig};
 use crate::hooks::ConfiguredHook;
+use crate::oauth::TokenValidator;
 use crate::upstreams::Upstreams;
 
 /// What the gateway tells MCP clients at `initialize`.
@@ -317,14 +318,33 @@ impl Gateway {
                 move |request, next| http_conformance(Arc::clone(&known_sessions), request, next)
             }));
         if let Some(auth) = &self.shared.auth {
+            let oauth = auth.oauth.clone().map(TokenValidator::new);
             let auth = Arc::new(ClientAuth::new(
                 auth.bearer_tokens.clone(),
+                oauth,
                 known_sessions,
                 max_sessions,
             ));
+            let layer_auth = Arc::clone(&auth);
             app = app.layer(axum::middleware::from_fn(move |request, next| {
-                crate::auth::require_token(Arc::clone(&auth), request, next)
+                crate::auth::require_token(Arc::clone(&layer_auth), request, next)
             }));
+            if auth.oauth.is_some() {
+                // RFC 9728 metadata: public, outside the auth layer.
+                let metadata = move || {
+                    let auth = Arc::clone(&auth);
+                    async move { axum::Json(auth.oauth.as_ref().map(TokenValidator::metadata)) }
+                };
+                app = app
+                    .route(
+                        "/.well-known/oauth-protected-resource",
+                        axum::routing::get(metadata.clone()),
+                    )
+                    .route(
+                        "/.well-known/oauth-protected-resource/mcp",
+                        axum::routing::get(metadata),
+                    );
+            }
         }
         info!(%bound, "serving MCP over streamable HTTP at /mcp");
         axum::serve(listener, app)

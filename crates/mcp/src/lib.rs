@@ -42,6 +42,7 @@ pub mod config;
 pub mod gateway;
 pub mod hooks;
 mod metrics;
+mod oauth;
 mod stdio_guard;
 pub mod upstream;
 mod upstream_stdio;
@@ -49,7 +50,7 @@ pub mod upstreams;
 
 pub use config::{
     ApprovalMode, AuthConfig, BearerToken, ConfigProblems, GatewayConfig, HookConfig, HookTarget,
-    McpServerConfig, Secret, Transport, parse_config,
+    McpServerConfig, OAuthResource, Secret, Transport, parse_config,
 };
 pub use gateway::{Gateway, GatewayError, GatewayOptions, GatewaySession};
 pub use upstreams::Upstreams;
