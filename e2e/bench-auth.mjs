@@ -41,9 +41,12 @@ for (let i = 0; i < 50; i++) {
 return total;`;
 
 const old = await startHttpGateway(config(false), { bin: before });
-const now = await startHttpGateway(config(true));
+// BENCH_AFTER_NO_AUTH=1 leaves auth out of the second gateway too (to tell
+// what auth costs from what the rest of the build costs).
+const afterAuth = process.env.BENCH_AFTER_NO_AUTH !== "1";
+const now = await startHttpGateway(config(afterAuth));
 const oldClient = await connectHttp(old.url);
-const nowClient = await connectHttp(now.url, { headers: { Authorization: `Bearer ${TOKEN}` } });
+const nowClient = await connectHttp(now.url, afterAuth ? { headers: { Authorization: `Bearer ${TOKEN}` } } : {});
 for (let i = 0; i < 20; i++) {
   for (const c of [oldClient, nowClient]) {
     const r = await exec(c.client, cell);
