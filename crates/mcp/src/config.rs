@@ -527,6 +527,24 @@ fn parse_auth(
     })
 }
 
+/// `http://127.0.0.1...`, `http://[::1]...` or `http://localhost...`.
+fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    let name = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host.split(':').next().unwrap_or("")
+    };
+    name == "localhost"
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn parse_oauth(
     value: &Value,
     env: &dyn Fn(&str) -> Option<String>,
@@ -554,11 +572,12 @@ fn parse_oauth(
         errors,
     };
     let url = |fields: &mut Fields<'_>, key: &str, required: bool| match fields.string(key) {
-        Some(u) if u.starts_with("https://") || u.starts_with("http://") => Some(u),
+        // Plain http would let anyone on the path serve their own keys.
+        Some(u) if u.starts_with("https://") || is_loopback_http(&u) => Some(u),
         Some(_) => {
             fields.fail(
                 key,
-                "expected an https:// (or, for tests on loopback, http://) URL",
+                "expected an https:// URL (plain http:// only on a loopback address, for tests)",
             );
             None
         }
@@ -1163,8 +1182,13 @@ mod tests {
         assert_eq!(oauth.issuer, "https://auth.example.com");
         assert_eq!(oauth.resource, "https://gw.example.com/mcp");
         assert_eq!(oauth.jwks_uri, None);
+        assert!(is_loopback_http("http://127.0.0.1:8080/x"));
+        assert!(is_loopback_http("http://[::1]:9/"));
+        assert!(is_loopback_http("http://localhost"));
+        assert!(!is_loopback_http("http://auth.example.com"));
+        assert!(!is_loopback_http("http://127.0.0.1.evil.test/"));
         let err =
-            parse(r#"{ auth: { oauth: { issuer: "auth.example.com", jwksUri: "ftp://x" } } }"#)
+            parse(r#"{ auth: { oauth: { issuer: "http://auth.example.com", jwksUri: "ftp://x" } } }"#)
                 .unwrap_err()
                 .to_string();
         for path in [

@@ -368,6 +368,11 @@ impl Gateway {
         token: String,
         on_bound: impl FnOnce(SocketAddr),
     ) -> Result<(), GatewayError> {
+        if !addr.ip().is_loopback() && !self.shared.insecure_no_auth {
+            return Err(GatewayError::Io(std::io::Error::other(format!(
+                "refusing to serve the operator endpoint on {addr}: it can approve any session's calls and speaks plain HTTP; bind a loopback address (127.0.0.1) and reach it through a tunnel or an authenticating TLS proxy (or pass --insecure-no-auth)"
+            ))));
+        }
         if token.len() < crate::admin::MIN_ADMIN_TOKEN_BYTES {
             return Err(GatewayError::Io(std::io::Error::other(format!(
                 "the admin token must be at least {} bytes",
@@ -720,31 +725,36 @@ impl ServerHandler for GatewaySession {
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Principal>())
             .cloned();
-        let _running = match self.admit(principal.as_ref()) {
-            Ok(running) => running,
-            Err(refused) => {
-                crate::metrics::record_call(&request.name, &refused, 0.0);
-                return Ok(Self::tool_result(&refused).into());
-            }
-        };
-        let started = std::time::Instant::now();
-        let tool = request.name.clone();
-        let result = match request.name.as_ref() {
-            "exec" => {
-                self.refresh_catalog().await;
-                self.session.exec_call(&call_id, &input).await
-            }
-            "wait" => self.session.wait_call(&call_id, &input).await,
+        // A metrics label from a fixed set: the client names the tool.
+        let tool = match request.name.as_ref() {
+            "exec" => "exec",
+            "wait" => "wait",
             other => {
                 return Err(ErrorData::invalid_params(
                     format!(
-                        "unknown tool `{other}`: this server has exactly two tools, exec and wait"
+                        "unknown tool `{}`: this server has exactly two tools, exec and wait",
+                        other.chars().take(64).collect::<String>()
                     ),
                     None,
                 ));
             }
         };
-        crate::metrics::record_call(&tool, &result, started.elapsed().as_secs_f64());
+        let _running = match self.admit(principal.as_ref()) {
+            Ok(running) => running,
+            Err(refused) => {
+                crate::metrics::record_call(tool, &refused, 0.0);
+                return Ok(Self::tool_result(&refused).into());
+            }
+        };
+        let started = std::time::Instant::now();
+        let result = match tool {
+            "exec" => {
+                self.refresh_catalog().await;
+                self.session.exec_call(&call_id, &input).await
+            }
+            _ => self.session.wait_call(&call_id, &input).await,
+        };
+        crate::metrics::record_call(tool, &result, started.elapsed().as_secs_f64());
         Ok(Self::tool_result(&result).into())
     }
 }

@@ -255,10 +255,11 @@ fn start_tool_call(
                 registry: Arc::clone(&ctx.inner.approvals),
                 scope: state.scope.clone(),
                 run: Arc::clone(&state.run_tag),
-                state: gate_state,
+                state: Arc::clone(&gate_state),
                 wake: state.calls.sender(),
             });
             let gate = Gate {
+                state: gate_state,
                 hooks: state.hooks.clone(),
                 approval,
                 recheck,

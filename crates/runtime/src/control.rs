@@ -203,13 +203,39 @@ impl GateState {
         })
     }
 
+    /// Moves on to `stage`, unless the run cancelled the call (that is final).
     fn set(&self, stage: u8) {
-        self.stage.store(stage, Ordering::SeqCst);
+        let _ = self
+            .stage
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                (now != STAGE_CANCELLED).then_some(stage)
+            });
     }
 
     /// The call's run cancelled it (its future goes soon after).
     pub(crate) fn cancel(&self) {
-        self.set(STAGE_CANCELLED);
+        self.stage.store(STAGE_CANCELLED, Ordering::SeqCst);
+    }
+
+    /// Moves a call that is not cancelled on to running (decided, or about
+    /// to call the executor); `false` when its run cancelled it: nothing
+    /// may start then.
+    fn try_start(&self) -> bool {
+        let mut stage = self.stage.load(Ordering::SeqCst);
+        loop {
+            if stage == STAGE_CANCELLED {
+                return false;
+            }
+            match self.stage.compare_exchange(
+                stage,
+                STAGE_RUNNING,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(now) => stage = now,
+            }
+        }
     }
 
     fn cancelled(&self) -> bool {
@@ -290,11 +316,13 @@ impl ApprovalRegistry {
                 && scope.is_none_or(|s| *s == p.scope))
             .then_some(*key)
         });
+        // Whoever removes the entry decides (this, or the approver's own
+        // answer): never both.
         let sent = key.and_then(|key| pending.remove(&key)).is_some_and(|p| {
             // Decided now, not when the call's task next runs: a `wait`
             // right after this must wait for the call, not suspend again.
-            p.gate.set(STAGE_RUNNING);
-            p.decide.send(decision).is_ok()
+            // A call its run cancelled meanwhile is not decided.
+            p.gate.try_start() && p.decide.send(decision).is_ok()
         });
         if sent {
             Ok(())
@@ -331,6 +359,14 @@ struct PendingGuard {
     key: u64,
 }
 
+impl PendingGuard {
+    /// Takes the entry out, so no other decision can be made; `false` when
+    /// another decision already took it.
+    fn claim(&self) -> bool {
+        self.registry.lock().remove(&self.key).is_some()
+    }
+}
+
 impl Drop for PendingGuard {
     fn drop(&mut self) {
         self.registry.lock().remove(&self.key);
@@ -342,6 +378,8 @@ pub(crate) type Recheck = Box<dyn FnOnce(Value) -> Result<Value, String> + Send>
 
 /// What gates one nested call.
 pub(crate) struct Gate {
+    /// Where the call is (shared with the drive).
+    pub(crate) state: Arc<GateState>,
     pub(crate) hooks: Option<Arc<dyn ToolHooks>>,
     pub(crate) approval: Option<GateApproval>,
     /// Checks a rewritten input as the guest's was checked (MCP tools).
@@ -402,6 +440,11 @@ async fn run_gated(
     if let Some(approval) = gate.approval {
         approve(approval, &call).await?;
     }
+    if !gate.state.try_start() {
+        return Err(ToolCallError::denied(format!(
+            "the call of {tool_id} was not started: its run ended first"
+        )));
+    }
     let started = Instant::now();
     let input_bytes = gate.hooks.as_ref().map_or(0, |_| json_len(&call.input));
     let call_id = call.call_id.clone();
@@ -425,7 +468,7 @@ async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCa
     let summary = input_summary(&call.input);
     let _ = approval.state.summary.set(summary.clone());
     let (decide, mut decided) = tokio::sync::oneshot::channel();
-    let _pending = approval.registry.insert(Pending {
+    let pending = approval.registry.insert(Pending {
         gate: Arc::clone(&approval.state),
         scope: approval.scope.clone(),
         run: Arc::clone(&approval.run),
@@ -455,7 +498,10 @@ async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCa
             });
             tokio::select! {
                 answer = asked => match answer {
-                    Some(decision) => decision,
+                    // The approver's answer counts only if no decision was
+                    // made meanwhile through the registry.
+                    Some(decision) if pending.claim() => decision,
+                    Some(_) => decided.await.unwrap_or_else(|_| closed()),
                     None => await_decision(decided).await,
                 },
                 manual = &mut decided => manual.unwrap_or_else(|_| closed()),
@@ -463,7 +509,7 @@ async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCa
         }
         None => await_decision(decided).await,
     };
-    approval.state.set(STAGE_RUNNING);
+    drop(pending);
     match decision {
         ApprovalDecision::Approve => Ok(()),
         ApprovalDecision::Deny { reason } => Err(ToolCallError::denied(format!(

@@ -243,6 +243,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         } = run;
         state.info.wait_count += 1;
         state.drive_call_id = wait_call_id;
+        hold_for_decision(&ctx, &mut state);
         let mut events = Vec::new();
         let restore_started = Instant::now();
         let vm = match ctx.inner.sandbox.restore(&snapshot, &ctx.limits) {
@@ -292,6 +293,42 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
     let result = blocking(work, started).await;
     drop(permit);
     record_call_run(session, call_id, "wait", Some(&id_for_record), result)
+}
+
+/// A run held only for a human's decision: block (cancellable, like a
+/// drive) until something arrives on its channel — a decided call's
+/// result, an abort — or the deadline nears, before paying for a restore
+/// that would only suspend again (a model polling `wait` would spin).
+fn hold_for_decision(ctx: &DriveCtx, state: &mut RunState) {
+    if !state.carried.is_empty() || !state.yields.is_empty() {
+        return;
+    }
+    let key = codemode_sandbox::random_u64();
+    ctx.scope.register(crate::session::LiveDrive {
+        key,
+        call_id: state.drive_call_id.clone(),
+        wake: state.calls.sender(),
+        cancel: ctx.limits.cancel.clone(),
+    });
+    while state.calls.all_awaiting_decision()
+        && !ctx.scope.is_aborted()
+        && !ctx.limits.cancel.is_cancelled()
+    {
+        let left = ctx
+            .delivery_deadline()
+            .saturating_duration_since(Instant::now());
+        match state.calls.receiver().recv_timeout(left) {
+            // Still only waiting for a human.
+            Ok(crate::calls::Msg::AwaitingApproval) => {}
+            Ok(msg) => {
+                // The drive after the restore reads it.
+                let _ = state.calls.sender().send(msg);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    ctx.scope.unregister(key);
 }
 
 /// Runs a VM burst off the async executor: on a multi-thread runtime in

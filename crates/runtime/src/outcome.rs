@@ -226,10 +226,13 @@ pub(crate) fn finish(
         .collect();
     // Suspended at the deadline while only approvals were pending: the
     // model should know a human has to act.
-    let reason = if reason == WaitReason::PendingTools && state.calls.only_approvals_pending() {
-        WaitReason::Approval
-    } else {
-        reason
+    // And the other way: a decision that landed since the drive decided to
+    // suspend makes the call a running one.
+    let only_approvals = state.calls.only_approvals_pending();
+    let reason = match reason {
+        WaitReason::PendingTools if only_approvals => WaitReason::Approval,
+        WaitReason::Approval if !only_approvals => WaitReason::PendingTools,
+        other => other,
     };
     let run_tag = Arc::clone(&state.run_tag);
     let receipts = state.calls.take_receipts();

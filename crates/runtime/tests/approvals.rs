@@ -401,3 +401,40 @@ async fn a_hook_may_rewrite_the_exec_but_not_into_bad_input() {
     assert_eq!(r["code"], "invalid_input", "{r}");
     assert!(r["error"].as_str().unwrap().contains("hook rewrote"), "{r}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_on_a_run_held_for_approval_waits_for_the_decision() {
+    let runtime = runtime();
+    let scripted = executor();
+    let s = Arc::new(session_named(&runtime, "hold", scripted.clone()));
+    let r = exec(&s, READ_THEN_REMOVE).await;
+    assert_eq!(r["reason"], "approval", "{r}");
+    let run_id = r["runId"].as_str().unwrap().to_owned();
+    let call_id = r["pendingToolCalls"][0]["id"].as_str().unwrap().to_owned();
+    // Nobody decides: the wait holds until its deadline, then says the
+    // same (instead of answering at once and making the model spin).
+    let started = std::time::Instant::now();
+    let again = wait(&s, &r["runId"]).await;
+    assert_eq!(again["reason"], "approval", "{again}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(1500),
+        "the wait held for its deadline: {:?}",
+        started.elapsed()
+    );
+    // A decision during a wait ends the hold: the wait completes.
+    let decider = {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move {
+            common::eventually("the wait holds the run", || {
+                s.pending_approvals().len() == 1
+            })
+            .await;
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            s.approve(&run_id, &call_id).unwrap();
+        })
+    };
+    let done = wait(&s, &r["runId"]).await;
+    decider.await.unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(called(&scripted).len(), 2, "each call ran once");
+}
