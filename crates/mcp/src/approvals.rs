@@ -27,6 +27,9 @@ pub(crate) struct ClientApprover {
     pub(crate) peer: Arc<OnceLock<Peer<RoleServer>>>,
     /// Tools the user allowed for this client session.
     allowed: Arc<Mutex<HashSet<String>>>,
+    /// One question at a time per client session: a cell that starts many
+    /// calls needing approval cannot flood the user with dialogs.
+    asking: Arc<tokio::sync::Semaphore>,
     /// Undecided calls wait for the operator endpoint instead of failing.
     operator: bool,
     mode: ApprovalMode,
@@ -37,6 +40,7 @@ impl ClientApprover {
         ClientApprover {
             peer: Arc::new(OnceLock::new()),
             allowed: Arc::default(),
+            asking: Arc::new(tokio::sync::Semaphore::new(1)),
             operator,
             mode,
         }
@@ -81,7 +85,19 @@ impl Approver for ClientApprover {
         }
         let fallback = self.unaskable(&tool_id, "asking the MCP client failed");
         let allowed = Arc::clone(&self.allowed);
+        let asking = Arc::clone(&self.asking);
         Box::pin(async move {
+            let Ok(_turn) = asking.acquire().await else {
+                return fallback;
+            };
+            // Allowed for the session while this call queued for its turn.
+            if allowed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(&tool_id)
+            {
+                return Some(ApprovalDecision::Approve);
+            }
             let params = match elicitation(&request) {
                 Ok(params) => params,
                 Err(e) => {

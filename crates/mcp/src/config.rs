@@ -1187,10 +1187,11 @@ mod tests {
         assert!(is_loopback_http("http://localhost"));
         assert!(!is_loopback_http("http://auth.example.com"));
         assert!(!is_loopback_http("http://127.0.0.1.evil.test/"));
-        let err =
-            parse(r#"{ auth: { oauth: { issuer: "http://auth.example.com", jwksUri: "ftp://x" } } }"#)
-                .unwrap_err()
-                .to_string();
+        let err = parse(
+            r#"{ auth: { oauth: { issuer: "http://auth.example.com", jwksUri: "ftp://x" } } }"#,
+        )
+        .unwrap_err()
+        .to_string();
         for path in [
             "auth.oauth.issuer",
             "auth.oauth.resource",

@@ -93,9 +93,13 @@ async fn run_command(command: &[String], body: &Value) -> Result<Vec<u8>, String
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group, killed whole when the hook is abandoned
+        // (timeout): a `sh -c` hook's children must not outlive it.
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("could not start `{program}`: {e}"))?;
+    let _group = child.id().map(KillGroup);
     let input = body.to_string();
     if let Some(mut stdin) = child.stdin.take() {
         // A hook that exits without reading its input is not an error.
@@ -143,13 +147,44 @@ async fn run_command(command: &[String], body: &Value) -> Result<Vec<u8>, String
     Ok(stdout)
 }
 
+/// The hook URL as it may be shown: no credentials, query or fragment.
+fn shown(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "the hook URL".into(),
+    }
+}
+
+/// Kills a process group when dropped (the hook ended or was abandoned).
+struct KillGroup(u32);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if let Ok(pgid) = libc::pid_t::try_from(self.0) {
+            // SAFETY: kill(2) with a negative pid signals that process
+            // group; no memory is involved. The group is the hook's own
+            // (process_group(0)), so nothing else is hit.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
 async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Result<Vec<u8>, String> {
     let response = http
         .post(url)
         .json(body)
         .send()
         .await
-        .map_err(|e| format!("POST {url} failed: {e}"))?;
+        .map_err(|e| format!("POST {} failed: {}", shown(url), e.without_url()))?;
+    let url = shown(url);
     let status = response.status();
     if !status.is_success() {
         return Err(format!("POST {url} answered {status}"));
@@ -167,7 +202,7 @@ async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Result<Vec<u8>
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| format!("reading the answer of {url} failed: {e}"))?
+        .map_err(|e| format!("reading the answer of {url} failed: {}", e.without_url()))?
     {
         body.extend_from_slice(&chunk);
         if body.len() > MAX_HOOK_REPLY_BYTES {

@@ -132,9 +132,9 @@ impl TokenValidator {
     /// when none is known yet, when it is old, or (rate-limited) when the
     /// id is new.
     async fn keys_for(&self, kid: Option<&str>) -> Result<Vec<(DecodingKey, Algorithm)>, String> {
-        let found = |keys: &Keys| -> Option<Vec<(DecodingKey, Algorithm)>> {
+        let found = |keys: &Keys, fresh_only: bool| -> Option<Vec<(DecodingKey, Algorithm)>> {
             let fresh = keys.fetched.is_some_and(|t| t.elapsed() < KEYS_TTL);
-            if !fresh {
+            if fresh_only && !fresh {
                 return None;
             }
             match kid {
@@ -149,7 +149,7 @@ impl TokenValidator {
                 None => None,
             }
         };
-        if let Some(keys) = found(&*self.keys.read().await) {
+        if let Some(keys) = found(&*self.keys.read().await, true) {
             return Ok(keys);
         }
         let may_fetch = {
@@ -164,10 +164,21 @@ impl TokenValidator {
             ok
         };
         if may_fetch {
-            let fetched = self.fetch().await?;
-            *self.keys.write().await = fetched;
+            match self.fetch().await {
+                Ok(fetched) => *self.keys.write().await = fetched,
+                // Old keys keep working while the issuer cannot be
+                // reached: a failed refresh must not lock everyone out.
+                Err(e) => match found(&*self.keys.read().await, false) {
+                    Some(stale) => {
+                        tracing::warn!(target: "codemode::auth", error = %e, "refreshing the issuer's keys failed; using the ones known");
+                        return Ok(stale);
+                    }
+                    None => return Err(e),
+                },
+            }
         }
-        found(&*self.keys.read().await).ok_or_else(|| match kid {
+        // Known keys, fresh or not (a refresh is rate-limited).
+        found(&*self.keys.read().await, false).ok_or_else(|| match kid {
             Some(kid) => format!("the issuer has no key `{kid}`"),
             None => "the issuer publishes no usable key".into(),
         })

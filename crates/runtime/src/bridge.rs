@@ -383,14 +383,22 @@ fn mcp_request(
         Value::Object(checked),
         None,
         |state, call_id, params| {
-            state.executor.mcp_request(McpServerCall {
+            let request = McpServerCall {
                 context: Arc::clone(&state.context),
                 parent_call_id: state.parent_call_id.clone(),
                 call_id,
                 server: server_name,
                 method,
                 params,
-            })
+            };
+            match &state.hooks {
+                None => state.executor.mcp_request(request),
+                Some(hooks) => crate::control::hooked_request(
+                    Arc::clone(hooks),
+                    request,
+                    Arc::clone(&state.executor),
+                ),
+            }
         },
     )
 }

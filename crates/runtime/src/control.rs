@@ -22,14 +22,17 @@ use serde_json::Value;
 
 use crate::calls::{Msg, json_len};
 use crate::catalog::CatalogEntry;
-use crate::session::{NestedCall, RunContext, Scope, ToolCallError, ToolExecutor, ToolFuture};
+use crate::session::{
+    McpServerCall, NestedCall, RunContext, Scope, ToolCallError, ToolExecutor, ToolFuture,
+};
 
 /// What a `before_tool_call` hook sees: one nested call, or the outer
 /// `exec` (`toolKind: "code_mode_exec"`).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCallEvent {
-    /// `tool` for a nested call, `code_mode_exec` for the model's exec.
+    /// `tool` for a nested tool call, `mcp_request` for an MCP resource or
+    /// prompt request, `code_mode_exec` for the model's exec.
     pub tool_kind: &'static str,
     /// The catalog id; `exec` for the outer exec.
     pub tool_id: String,
@@ -463,6 +466,60 @@ async fn run_gated(
     outcome
 }
 
+/// A resource or prompt request (`MCP.<server>.resources.*` /
+/// `.prompts.*`) through the hooks: `toolKind: "mcp_request"`, the tool id
+/// `mcp:<server>:<method>`.
+pub(crate) fn hooked_request(
+    hooks: Arc<dyn ToolHooks>,
+    mut request: McpServerCall,
+    executor: Arc<dyn ToolExecutor>,
+) -> ToolFuture {
+    Box::pin(async move {
+        let tool_id = format!("mcp:{}:{}", request.server, request.method.as_str());
+        let event = ToolCallEvent {
+            tool_kind: "mcp_request",
+            tool_id: tool_id.clone(),
+            tool_input_kind: None,
+            call_id: request.call_id.clone(),
+            parent_call_id: Some(request.parent_call_id.clone()),
+            context: RunContext::clone(&request.context),
+            input: request.params.clone(),
+        };
+        match hooks.before_tool_call(event).await {
+            HookDecision::Allow => {}
+            HookDecision::Block { reason } => {
+                return Err(ToolCallError::denied(format!(
+                    "the request {tool_id} was blocked by a before_tool_call hook: {reason}"
+                )));
+            }
+            HookDecision::Rewrite {
+                input: Value::Object(params),
+            } => {
+                request.params = Value::Object(params);
+            }
+            HookDecision::Rewrite { .. } => {
+                return Err(ToolCallError::denied(format!(
+                    "a before_tool_call hook rewrote the params of {tool_id} into something that is not an object"
+                )));
+            }
+        }
+        let started = Instant::now();
+        let input_bytes = json_len(&request.params);
+        let call_id = request.call_id.clone();
+        let outcome = executor.mcp_request(request).await;
+        hooks.after_tool_call(ToolCallRecord {
+            tool_kind: "mcp_request",
+            tool_id,
+            call_id,
+            outcome: if outcome.is_ok() { "ok" } else { "failed" },
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            input_bytes,
+            result_bytes: outcome.as_ref().map_or(0, json_len),
+        });
+        outcome
+    })
+}
+
 /// Holds the call until it is decided; `Err` when denied.
 async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCallError> {
     let summary = input_summary(&call.input);
@@ -542,10 +599,17 @@ const SECRET_KEYS: [&str; 9] = [
 /// secret-looking keys masked, long strings cut, nesting below 4 levels
 /// elided, at most [`MAX_INPUT_SUMMARY_BYTES`] of compact JSON.
 pub fn input_summary(input: &Value) -> String {
-    fn redact(value: &Value, depth: usize) -> Value {
+    /// `cut` is set when something is left out (not when masked).
+    fn redact(value: &Value, depth: usize, cut: &mut bool) -> Value {
         match value {
-            Value::Object(map) if depth >= 4 => Value::String(format!("{{…{} keys}}", map.len())),
-            Value::Array(items) if depth >= 4 => Value::String(format!("[…{} items]", items.len())),
+            Value::Object(map) if depth >= 4 => {
+                *cut = true;
+                Value::String(format!("{{…{} keys}}", map.len()))
+            }
+            Value::Array(items) if depth >= 4 => {
+                *cut = true;
+                Value::String(format!("[…{} items]", items.len()))
+            }
             Value::Object(map) => Value::Object(
                 map.iter()
                     .map(|(k, v)| {
@@ -553,31 +617,42 @@ pub fn input_summary(input: &Value) -> String {
                         let v = if SECRET_KEYS.iter().any(|s| lower.contains(s)) {
                             Value::String("[redacted]".into())
                         } else {
-                            redact(v, depth + 1)
+                            redact(v, depth + 1, cut)
                         };
                         (k.clone(), v)
                     })
                     .collect(),
             ),
             Value::Array(items) => {
-                Value::Array(items.iter().map(|v| redact(v, depth + 1)).collect())
+                Value::Array(items.iter().map(|v| redact(v, depth + 1, cut)).collect())
             }
-            Value::String(s) if s.len() > MAX_SUMMARY_STRING => Value::String(format!(
-                "{}…",
-                codemode_sandbox::bounded_text(s.clone(), MAX_SUMMARY_STRING)
-            )),
+            Value::String(s) if s.len() > MAX_SUMMARY_STRING => {
+                *cut = true;
+                Value::String(codemode_sandbox::bounded_text(
+                    s.clone(),
+                    MAX_SUMMARY_STRING,
+                ))
+            }
             other => other.clone(),
         }
     }
-    let text = redact(input, 0).to_string();
-    if text.len() <= MAX_INPUT_SUMMARY_BYTES {
+    let mut cut = false;
+    let text = redact(input, 0, &mut cut).to_string();
+    if text.len() <= MAX_INPUT_SUMMARY_BYTES && !cut {
         return text;
     }
-    let mut cut = MAX_INPUT_SUMMARY_BYTES - 3;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
+    // Whoever decides must know they do not see everything.
+    let note = format!(
+        " … [summary: the input is {} bytes; long strings, deep nesting or the rest are not shown]",
+        crate::calls::json_len(input)
+    );
+    let mut end = text
+        .len()
+        .min(MAX_INPUT_SUMMARY_BYTES.saturating_sub(note.len()));
+    while !text.is_char_boundary(end) {
+        end -= 1;
     }
-    format!("{}…", &text[..cut])
+    format!("{}{note}", &text[..end])
 }
 
 #[cfg(test)]
@@ -597,8 +672,13 @@ mod tests {
         assert!(!summary.contains("hunter2"), "{summary}");
         assert_eq!(summary.matches("[redacted]").count(), 2, "{summary}");
         let long = input_summary(&json!({ "items": vec!["x".repeat(150); 40] }));
-        assert!(long.len() <= MAX_INPUT_SUMMARY_BYTES + 3, "{}", long.len());
-        assert!(long.ends_with('…'));
+        assert!(long.len() <= MAX_INPUT_SUMMARY_BYTES, "{}", long.len());
+        assert!(long.contains("not shown"), "{long}");
+        // A long string cut in the middle is said to be cut, even when the
+        // summary is short.
+        let padded = input_summary(&json!({ "cmd": format!("{} ; rm -rf ~", "x".repeat(300)) }));
+        assert!(!padded.contains("rm -rf"), "{padded}");
+        assert!(padded.contains("the input is"), "{padded}");
         let deep = input_summary(&json!({"a": {"b": {"c": {"d": {"e": 1}}}}}));
         assert!(deep.contains("{…1 keys}"), "{deep}");
     }

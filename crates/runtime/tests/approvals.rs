@@ -438,3 +438,72 @@ async fn wait_on_a_run_held_for_approval_waits_for_the_decision() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(called(&scripted).len(), 2, "each call ran once");
 }
+
+/// Blocks MCP resource reads of `memo://secret`, lets the rest through.
+struct GuardResources(Mutex<Vec<(String, String)>>);
+
+impl ToolHooks for GuardResources {
+    fn before_tool_call(&self, event: ToolCallEvent) -> HookFuture {
+        self.0
+            .lock()
+            .unwrap()
+            .push((event.tool_kind.to_owned(), event.tool_id.clone()));
+        let secret = event.input["uri"] == "memo://secret";
+        Box::pin(async move {
+            if secret {
+                HookDecision::Block {
+                    reason: "secret memos stay private".into(),
+                }
+            } else {
+                HookDecision::Allow
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_see_mcp_resource_and_prompt_requests_too() {
+    let runtime = runtime();
+    let catalog = codemode_runtime::Catalog::build_with_mcp_servers(
+        vec![],
+        &ToolPolicy::default(),
+        &[codemode_runtime::McpServerInfo::new("docs").with_resources(true)],
+    )
+    .unwrap();
+    let hooks = Arc::new(GuardResources(Mutex::default()));
+    let s = runtime
+        .session(
+            context("agent", "resources", "run-resources"),
+            catalog,
+            Arc::new(Scripted::default()),
+        )
+        .with_hooks(hooks.clone());
+    let r = exec(
+        &s,
+        r#"const out = {};
+           for (const uri of ["memo://secret", "memo://public"]) {
+             try { await MCP.docs.resources.read({ uri }); out[uri] = "read"; }
+             catch (e) { out[uri] = e.code + ": " + e.message; }
+           }
+           return out;"#,
+    )
+    .await;
+    assert_eq!(r["status"], "completed", "{r}");
+    let secret = r["value"]["memo://secret"].as_str().unwrap();
+    assert!(secret.starts_with("approval_denied: "), "{secret}");
+    assert!(secret.contains("secret memos stay private"), "{secret}");
+    // Allowed: it reached the executor (which offers no MCP here).
+    let public = r["value"]["memo://public"].as_str().unwrap();
+    assert!(
+        public.contains("resources/read of MCP server docs is not available"),
+        "{public}"
+    );
+    let seen = hooks.0.lock().unwrap().clone();
+    assert!(
+        seen.contains(&(
+            "mcp_request".to_owned(),
+            "mcp:docs:resources/read".to_owned()
+        )),
+        "{seen:?}"
+    );
+}
