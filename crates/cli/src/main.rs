@@ -359,41 +359,26 @@ fn serve(config: &PathBuf, listeners: Listeners, options: GatewayOptions) -> Res
     let served = tokio.block_on(async move {
         let gateway = Gateway::start(config, options)?;
         if let Some(addr) = metrics {
-            let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
-            let metrics_gateway = gateway.clone();
-            let serving = tokio::spawn(async move {
-                metrics_gateway
-                    .serve_metrics(addr, |bound| {
-                        eprintln!("codemode: metrics at http://{bound}/metrics");
-                        let _ = bound_tx.send(());
-                    })
-                    .await
-            });
-            if bound_rx.await.is_err() {
-                return match serving.await {
-                    Ok(Err(e)) => Err(anyhow::anyhow!("metrics endpoint: {e}")),
-                    _ => Err(anyhow::anyhow!("metrics endpoint did not start")),
-                };
-            }
+            let g = gateway.clone();
+            side_listener("metrics endpoint", move |bound| async move {
+                g.serve_metrics(addr, |at| {
+                    eprintln!("codemode: metrics at http://{at}/metrics");
+                    let _ = bound.send(());
+                })
+                .await
+            })
+            .await?;
         }
         if let Some((addr, token)) = admin {
-            let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
-            let admin_gateway = gateway.clone();
-            let serving = tokio::spawn(async move {
-                admin_gateway
-                    .serve_admin(addr, token, |bound| {
-                        eprintln!("codemode: operator endpoint at http://{bound}/approvals");
-                        let _ = bound_tx.send(());
-                    })
-                    .await
-            });
-            if bound_rx.await.is_err() {
-                // It failed before binding: say why and stop.
-                return match serving.await {
-                    Ok(Err(e)) => Err(anyhow::anyhow!("operator endpoint: {e}")),
-                    _ => Err(anyhow::anyhow!("operator endpoint did not start")),
-                };
-            }
+            let g = gateway.clone();
+            side_listener("operator endpoint", move |bound| async move {
+                g.serve_admin(addr, token, |at| {
+                    eprintln!("codemode: operator endpoint at http://{at}/approvals");
+                    let _ = bound.send(());
+                })
+                .await
+            })
+            .await?;
         }
         let stopper = gateway.clone();
         tokio::spawn(async move {
@@ -419,6 +404,27 @@ fn serve(config: &PathBuf, listeners: Listeners, options: GatewayOptions) -> Res
     // process groups on the way out.
     tokio.shutdown_timeout(std::time::Duration::from_millis(500));
     served
+}
+
+/// Starts a listener beside the MCP one (metrics, operator endpoint) and
+/// waits until it is bound; one that fails before binding stops `serve`
+/// with its reason.
+async fn side_listener<Fut>(
+    what: &str,
+    serve: impl FnOnce(tokio::sync::oneshot::Sender<()>) -> Fut,
+) -> Result<()>
+where
+    Fut: std::future::Future<Output = Result<(), codemode_mcp::GatewayError>> + Send + 'static,
+{
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let serving = tokio::spawn(serve(bound_tx));
+    if bound_rx.await.is_err() {
+        return match serving.await {
+            Ok(Err(e)) => Err(anyhow::anyhow!("{what}: {e}")),
+            _ => Err(anyhow::anyhow!("{what} did not start")),
+        };
+    }
+    Ok(())
 }
 
 /// Ctrl-C or SIGTERM (what process managers send).

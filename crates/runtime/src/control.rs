@@ -400,6 +400,45 @@ pub(crate) struct GateApproval {
     pub(crate) wake: Sender<Msg>,
 }
 
+/// What a hook is told of a nested call or request.
+fn nested_event(
+    tool_kind: &'static str,
+    tool_id: &str,
+    (call_id, parent_call_id): (&str, &str),
+    context: &RunContext,
+    input: &Value,
+) -> ToolCallEvent {
+    ToolCallEvent {
+        tool_kind,
+        tool_id: tool_id.to_owned(),
+        tool_input_kind: None,
+        call_id: call_id.to_owned(),
+        parent_call_id: Some(parent_call_id.to_owned()),
+        context: context.clone(),
+        input: input.clone(),
+    }
+}
+
+/// The `after_tool_call` record of a call that ran.
+fn audit(
+    hooks: &dyn ToolHooks,
+    tool_kind: &'static str,
+    tool_id: String,
+    call_id: String,
+    (started, input_bytes): (Instant, u64),
+    outcome: &Result<Value, ToolCallError>,
+) {
+    hooks.after_tool_call(ToolCallRecord {
+        tool_kind,
+        tool_id,
+        call_id,
+        outcome: if outcome.is_ok() { "ok" } else { "failed" },
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        input_bytes,
+        result_bytes: outcome.as_ref().map_or(0, json_len),
+    });
+}
+
 /// The call as one future: hooks, approval, then the executor.
 pub(crate) fn gated(gate: Gate, call: NestedCall, executor: Arc<dyn ToolExecutor>) -> ToolFuture {
     Box::pin(run_gated(gate, call, executor))
@@ -412,15 +451,13 @@ async fn run_gated(
 ) -> Result<Value, ToolCallError> {
     let tool_id = call.tool.id.clone();
     if let Some(hooks) = &gate.hooks {
-        let event = ToolCallEvent {
-            tool_kind: "tool",
-            tool_id: tool_id.clone(),
-            tool_input_kind: None,
-            call_id: call.call_id.clone(),
-            parent_call_id: Some(call.parent_call_id.clone()),
-            context: RunContext::clone(&call.context),
-            input: call.input.clone(),
-        };
+        let event = nested_event(
+            "tool",
+            &tool_id,
+            (&call.call_id, &call.parent_call_id),
+            &call.context,
+            &call.input,
+        );
         match hooks.before_tool_call(event).await {
             HookDecision::Allow => {}
             HookDecision::Block { reason } => {
@@ -453,15 +490,14 @@ async fn run_gated(
     let call_id = call.call_id.clone();
     let outcome = executor.call(call).await;
     if let Some(hooks) = &gate.hooks {
-        hooks.after_tool_call(ToolCallRecord {
-            tool_kind: "tool",
+        audit(
+            &**hooks,
+            "tool",
             tool_id,
             call_id,
-            outcome: if outcome.is_ok() { "ok" } else { "failed" },
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-            input_bytes,
-            result_bytes: outcome.as_ref().map_or(0, json_len),
-        });
+            (started, input_bytes),
+            &outcome,
+        );
     }
     outcome
 }
@@ -476,15 +512,13 @@ pub(crate) fn hooked_request(
 ) -> ToolFuture {
     Box::pin(async move {
         let tool_id = format!("mcp:{}:{}", request.server, request.method.as_str());
-        let event = ToolCallEvent {
-            tool_kind: "mcp_request",
-            tool_id: tool_id.clone(),
-            tool_input_kind: None,
-            call_id: request.call_id.clone(),
-            parent_call_id: Some(request.parent_call_id.clone()),
-            context: RunContext::clone(&request.context),
-            input: request.params.clone(),
-        };
+        let event = nested_event(
+            "mcp_request",
+            &tool_id,
+            (&request.call_id, &request.parent_call_id),
+            &request.context,
+            &request.params,
+        );
         match hooks.before_tool_call(event).await {
             HookDecision::Allow => {}
             HookDecision::Block { reason } => {
@@ -507,15 +541,14 @@ pub(crate) fn hooked_request(
         let input_bytes = json_len(&request.params);
         let call_id = request.call_id.clone();
         let outcome = executor.mcp_request(request).await;
-        hooks.after_tool_call(ToolCallRecord {
-            tool_kind: "mcp_request",
+        audit(
+            &*hooks,
+            "mcp_request",
             tool_id,
             call_id,
-            outcome: if outcome.is_ok() { "ok" } else { "failed" },
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-            input_bytes,
-            result_bytes: outcome.as_ref().map_or(0, json_len),
-        });
+            (started, input_bytes),
+            &outcome,
+        );
         outcome
     })
 }

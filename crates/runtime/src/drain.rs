@@ -24,13 +24,7 @@ pub(crate) fn live<F>(ctx: &DriveCtx, state: &mut RunState, f: F) -> Driven
 where
     F: FnOnce(&DriveCtx, &mut RunState) -> Driven,
 {
-    let key = codemode_sandbox::random_u64();
-    ctx.scope.register(crate::session::LiveDrive {
-        key,
-        call_id: state.drive_call_id.clone(),
-        wake: state.calls.sender(),
-        cancel: ctx.limits.cancel.clone(),
-    });
+    let key = register_live(ctx, state);
     let driven = if ctx.scope.is_aborted() || ctx.limits.cancel.is_cancelled() {
         Driven::done(aborted_failure())
     } else {
@@ -38,6 +32,19 @@ where
     };
     ctx.scope.unregister(key);
     driven
+}
+
+/// Registers the run as live in its scope (abort and cancellation reach
+/// it through its channel); returns the key to unregister with.
+pub(crate) fn register_live(ctx: &DriveCtx, state: &RunState) -> u64 {
+    let key = codemode_sandbox::random_u64();
+    ctx.scope.register(crate::session::LiveDrive {
+        key,
+        call_id: state.drive_call_id.clone(),
+        wake: state.calls.sender(),
+        cancel: ctx.limits.cancel.clone(),
+    });
+    key
 }
 
 /// Drives a VM: answers requests, delivers ready settlements and nested

@@ -303,13 +303,7 @@ fn hold_for_decision(ctx: &DriveCtx, state: &mut RunState) {
     if !state.carried.is_empty() || !state.yields.is_empty() {
         return;
     }
-    let key = codemode_sandbox::random_u64();
-    ctx.scope.register(crate::session::LiveDrive {
-        key,
-        call_id: state.drive_call_id.clone(),
-        wake: state.calls.sender(),
-        cancel: ctx.limits.cancel.clone(),
-    });
+    let key = crate::drain::register_live(ctx, state);
     while state.calls.all_awaiting_decision()
         && !ctx.scope.is_aborted()
         && !ctx.limits.cancel.is_cancelled()
