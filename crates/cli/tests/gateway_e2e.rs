@@ -63,6 +63,15 @@ fn typescript_mcp_client_with_oauth_access_tokens() {
     assert!(out.contains("ℹ pass 8"), "every scenario ran: {out}");
 }
 
+/// Traces (`e2e/traces.test.mjs`): spans exported over OTLP/HTTP to a
+/// receiver the test runs, continuing the client's `traceparent`, with
+/// parent/child links request → exec → nested calls.
+#[test]
+fn typescript_mcp_client_traces_reach_an_otlp_receiver() {
+    let out = node_suite("traces.test.mjs");
+    assert!(out.contains("ℹ pass 1"), "the scenario ran: {out}");
+}
+
 /// `codemode catalog --config FILE`: its JSON lines and its stderr.
 fn catalog(config: &str) -> (Vec<serde_json::Value>, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))

@@ -747,13 +747,28 @@ impl ServerHandler for GatewaySession {
             }
         };
         let started = std::time::Instant::now();
-        let result = match tool {
-            "exec" => {
-                self.refresh_catalog().await;
-                self.session.exec_call(&call_id, &input).await
-            }
-            _ => self.session.wait_call(&call_id, &input).await,
-        };
+        // The request's trace span, continuing the client's W3C
+        // `traceparent` when it sent one; the exec/wait span is its child.
+        let span = tracing::info_span!(target: "codemode::trace", "mcp.tools_call", tool);
+        if let Some(parts) = context.extensions.get::<http::request::Parts>() {
+            let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+                propagator.extract(&Headers(&parts.headers))
+            });
+            let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
+        }
+        let result = tracing::Instrument::instrument(
+            async {
+                match tool {
+                    "exec" => {
+                        self.refresh_catalog().await;
+                        self.session.exec_call(&call_id, &input).await
+                    }
+                    _ => self.session.wait_call(&call_id, &input).await,
+                }
+            },
+            span,
+        )
+        .await;
         crate::metrics::record_call(tool, &result, started.elapsed().as_secs_f64());
         Ok(Self::tool_result(&result).into())
     }
@@ -811,6 +826,19 @@ impl GatewaySession {
             shared: Arc::clone(&self.shared),
             principal: principal.0.clone(),
         }))
+    }
+}
+
+/// HTTP headers as an OpenTelemetry carrier (for `traceparent`).
+struct Headers<'a>(&'a http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
     }
 }
 

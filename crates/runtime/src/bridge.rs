@@ -203,6 +203,14 @@ fn start_call(
         parent_call_id: state.parent_call_id.clone(),
         input_bytes: json_len(&input),
         gate,
+        span: tracing::info_span!(
+            target: "codemode::trace",
+            "code_mode.nested_call",
+            tool_id = %tool_id,
+            call_id = %call_id,
+            method,
+            outcome = tracing::field::Empty,
+        ),
     };
     let future = start(state, call_id, input);
     state

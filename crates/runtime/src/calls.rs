@@ -48,6 +48,8 @@ pub(crate) struct CallInfo {
     pub(crate) input_bytes: u64,
     /// Where a gated call (hooks, approval) is; `None` for plain calls.
     pub(crate) gate: Option<Arc<GateState>>,
+    /// Its trace span (a child of the exec or wait that started it).
+    pub(crate) span: tracing::Span,
 }
 
 impl CallInfo {
@@ -164,7 +166,10 @@ impl Calls {
         info: CallInfo,
         future: ToolFuture,
     ) -> Option<Result<Value, ToolCallError>> {
-        let mut future = CatchPanic(future);
+        let mut future = CatchPanic(Box::pin(tracing::Instrument::instrument(
+            future,
+            info.span.clone(),
+        )));
         let started = Instant::now();
         let first = {
             let _entered = handle.enter();
@@ -175,6 +180,7 @@ impl Calls {
             Poll::Ready(outcome) => {
                 self.trajectory.record(event(&info, &outcome, started));
                 self.receipt(&info, outcome_of(&outcome));
+                info.span.record("outcome", outcome_name(&outcome));
                 Some(outcome)
             }
             Poll::Pending => {
@@ -209,6 +215,7 @@ impl Calls {
         self.trajectory
             .record(event(&record.info, &outcome, record.started));
         self.receipt(&record.info, outcome_of(&outcome));
+        record.info.span.record("outcome", outcome_name(&outcome));
         Some(Finished {
             request_id,
             tool_id: record.info.tool_id,
@@ -249,6 +256,13 @@ impl Calls {
                 Cancel::RunEnded => CallOutcome::Unknown,
             };
             self.receipt(&call.info, outcome);
+            call.info.span.record(
+                "outcome",
+                match outcome {
+                    CallOutcome::Unknown => "unknown",
+                    _ => "cancelled",
+                },
+            );
             self.trajectory.record(TrajectoryEvent::NestedToolCall {
                 parent_call_id: call.info.parent_call_id,
                 call_id: call.info.call_id,
@@ -288,6 +302,14 @@ pub(crate) fn json_len(value: &Value) -> u64 {
     match serde_json::to_writer(&mut count, value) {
         Ok(()) => count.0,
         Err(_) => 0,
+    }
+}
+
+fn outcome_name(outcome: &Result<Value, ToolCallError>) -> &'static str {
+    match outcome {
+        Ok(_) => "ok",
+        Err(e) if e.denied => "denied",
+        Err(_) => "failed",
     }
 }
 

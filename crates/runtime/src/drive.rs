@@ -344,7 +344,9 @@ where
                 .map_err(|_| "the sandbox thread panicked".to_owned())
         })
     } else {
-        tokio::task::spawn_blocking(work)
+        // Another thread: carry the trace span over.
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || span.in_scope(work))
             .await
             .map_err(|e| e.to_string())
     };

@@ -38,6 +38,17 @@ impl Driven {
     }
 }
 
+/// Puts an exec's or wait's outcome on its trace span.
+pub(crate) fn record_span(span: &tracing::Span, result: &CodeModeResult) {
+    span.record("status", result.status());
+    if let Some(code) = result.code() {
+        span.record("code", code.as_str());
+    }
+    if let CodeModeResult::Waiting { run_id, .. } = result {
+        span.record("run_id", run_id.as_str());
+    }
+}
+
 pub(crate) fn aborted_failure() -> CodeModeResult {
     CodeModeResult::failure(
         ErrorCode::Aborted,

@@ -480,7 +480,21 @@ impl CodeModeSession {
     /// Runs the model's `exec` input; `call_id` is the model's tool-call id
     /// (nested calls name it as their parent).
     pub async fn exec_call(&self, call_id: &str, input: &Value) -> CodeModeResult {
-        crate::drive::exec(self, call_id, input).await
+        // The trace span of the exec: nested calls are its children. Ids
+        // and outcome only, never the code.
+        let span = tracing::info_span!(
+            target: "codemode::trace",
+            "code_mode.exec",
+            call_id = %call_id,
+            status = tracing::field::Empty,
+            code = tracing::field::Empty,
+            run_id = tracing::field::Empty,
+        );
+        let result =
+            tracing::Instrument::instrument(crate::drive::exec(self, call_id, input), span.clone())
+                .await;
+        crate::outcome::record_span(&span, &result);
+        result
     }
 
     /// Resumes a waiting run (the model's `wait` input).
@@ -491,7 +505,19 @@ impl CodeModeSession {
 
     /// Resumes a waiting run; `call_id` is the model's tool-call id.
     pub async fn wait_call(&self, call_id: &str, input: &Value) -> CodeModeResult {
-        crate::drive::wait(self, call_id, input).await
+        let span = tracing::info_span!(
+            target: "codemode::trace",
+            "code_mode.wait",
+            call_id = %call_id,
+            status = tracing::field::Empty,
+            code = tracing::field::Empty,
+            run_id = tracing::field::Empty,
+        );
+        let result =
+            tracing::Instrument::instrument(crate::drive::wait(self, call_id, input), span.clone())
+                .await;
+        crate::outcome::record_span(&span, &result);
+        result
     }
 
     /// Aborts every run of this scope: live drives stop with `aborted`,
