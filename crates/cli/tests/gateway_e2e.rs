@@ -72,6 +72,16 @@ fn typescript_mcp_client_traces_reach_an_otlp_receiver() {
     assert!(out.contains("ℹ pass 1"), "the scenario ran: {out}");
 }
 
+/// OAuth to upstreams (`e2e/upstream-oauth.test.mjs`): client credentials
+/// against an MCP server built with the official SDK behind its own
+/// authorization server; wrong credentials name the failure, never the
+/// secret.
+#[test]
+fn upstream_behind_oauth_client_credentials() {
+    let out = node_suite("upstream-oauth.test.mjs");
+    assert!(out.contains("ℹ pass 2"), "every scenario ran: {out}");
+}
+
 /// `codemode catalog --config FILE`: its JSON lines and its stderr.
 fn catalog(config: &str) -> (Vec<serde_json::Value>, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))

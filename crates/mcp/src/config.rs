@@ -75,6 +75,24 @@ pub enum Transport {
         url: String,
         /// Extra request headers (e.g. `Authorization`).
         headers: BTreeMap<String, Secret>,
+        /// `oauth`: how the gateway gets access tokens for it.
+        oauth: Option<UpstreamOAuth>,
+    },
+}
+
+/// `mcpServers.<name>.oauth`: access tokens for an HTTP upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamOAuth {
+    /// `clientCredentials`: the OAuth 2.1 client-credentials grant
+    /// (machine to machine); the authorization server is found through the
+    /// upstream's protected-resource metadata.
+    ClientCredentials {
+        /// `clientId`.
+        client_id: String,
+        /// `clientSecret` (a secret: from the environment).
+        client_secret: Secret,
+        /// `scopes` to ask for.
+        scopes: Vec<String>,
     },
 }
 
@@ -527,6 +545,50 @@ fn parse_auth(
     })
 }
 
+fn parse_upstream_oauth(
+    value: &Value,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+) -> Option<UpstreamOAuth> {
+    const EXPECTED: &str = "expected { clientCredentials: { clientId: \"...\", clientSecret: \"${SECRET}\", scopes?: [...] } }";
+    let Some(Value::Object(cc)) = value.get("clientCredentials") else {
+        errors.push(error(path, EXPECTED));
+        return None;
+    };
+    let before = errors.len();
+    let cc_path = join(path, "clientCredentials");
+    let mut fields = Fields {
+        path: &cc_path,
+        object: cc,
+        env,
+        errors,
+    };
+    let client_id = fields.string("clientId").filter(|s| !s.trim().is_empty());
+    let client_secret = fields.string("clientSecret").filter(|s| !s.is_empty());
+    let scopes = fields.strings("scopes");
+    if client_id.is_none() {
+        fields.fail(
+            "clientId",
+            "required: the client id registered with the authorization server",
+        );
+    }
+    if client_secret.is_none() {
+        fields.fail(
+            "clientSecret",
+            "required: the client secret (write \"${NAME}\" to read it from the environment)",
+        );
+    }
+    if errors.len() > before {
+        return None;
+    }
+    Some(UpstreamOAuth::ClientCredentials {
+        client_id: client_id?,
+        client_secret: Secret::new(client_secret?),
+        scopes,
+    })
+}
+
 /// `http://127.0.0.1...`, `http://[::1]...` or `http://localhost...`.
 fn is_loopback_http(url: &str) -> bool {
     let Some(rest) = url.strip_prefix("http://") else {
@@ -881,7 +943,8 @@ impl Fields<'_> {
 /// Longest tool-name pattern in `allowTools` / `denyTools` / `tools.allow`.
 const MAX_PATTERN_BYTES: usize = 256;
 
-const KNOWN_FIELDS: [&str; 14] = [
+const KNOWN_FIELDS: [&str; 15] = [
+    "oauth",
     "allowTools",
     "denyTools",
     "approveTools",
@@ -976,9 +1039,16 @@ fn parse_server(
             }
         }
         let headers = fields.secrets("headers");
+        let oauth = object.get("oauth").and_then(|value| {
+            parse_upstream_oauth(value, &join(path, "oauth"), env, fields.errors)
+        });
         match url {
             Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
-                Transport::Http { url, headers }
+                Transport::Http {
+                    url,
+                    headers,
+                    oauth,
+                }
             }
             Some(_) => {
                 fields.fail("url", "expected an http:// or https:// URL");
@@ -998,6 +1068,9 @@ fn parse_server(
         }
         if object.contains_key("headers") {
             fields.fail("headers", "only HTTP servers (with `url`) take headers");
+        }
+        if object.contains_key("oauth") {
+            fields.fail("oauth", "only HTTP servers (with `url`) take oauth");
         }
         let args = fields.strings("args");
         let env = fields.secrets("env");
@@ -1202,6 +1275,43 @@ mod tests {
     }
 
     #[test]
+    fn upstream_oauth_client_credentials_parse_and_keep_the_secret_secret() {
+        let (config, _) = parse(
+            r#"{ mcpServers: { crm: { url: "https://crm.example.com/mcp", oauth: { clientCredentials: { clientId: "gw", clientSecret: "${TOKEN}", scopes: ["read"] } } } } }"#,
+        )
+        .unwrap();
+        match &config.servers[0].transport {
+            Transport::Http {
+                oauth:
+                    Some(UpstreamOAuth::ClientCredentials {
+                        client_id,
+                        client_secret,
+                        scopes,
+                    }),
+                ..
+            } => {
+                assert_eq!(client_id, "gw");
+                assert_eq!(client_secret.expose(), "s3cret");
+                assert_eq!(scopes, &["read"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let err = parse(
+            r#"{ mcpServers: { a: { url: "https://a.example.com/mcp", oauth: { clientCredentials: { clientId: "" } } }, b: { command: "x", oauth: {} } } }"#,
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "mcpServers.a.oauth.clientCredentials.clientId",
+            "mcpServers.a.oauth.clientCredentials.clientSecret",
+            "mcpServers.b.oauth: only HTTP servers",
+        ] {
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+
+    #[test]
     fn approval_modes_follow_the_annotations() {
         use ApprovalMode::*;
         // (read_only, destructive) → needs approval under each mode.
@@ -1285,7 +1395,7 @@ mod tests {
         let remote = &config.servers[1];
         assert_eq!(remote.call_timeout, Duration::from_secs(5));
         match &remote.transport {
-            Transport::Http { url, headers } => {
+            Transport::Http { url, headers, .. } => {
                 assert_eq!(url, "https://example.com/mcp");
                 assert_eq!(headers["Authorization"].expose(), "Bearer s3cret");
             }

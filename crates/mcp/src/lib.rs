@@ -45,12 +45,13 @@ mod metrics;
 mod oauth;
 mod stdio_guard;
 pub mod upstream;
+mod upstream_oauth;
 mod upstream_stdio;
 pub mod upstreams;
 
 pub use config::{
     ApprovalMode, AuthConfig, BearerToken, ConfigProblems, GatewayConfig, HookConfig, HookTarget,
-    McpServerConfig, OAuthResource, Secret, Transport, parse_config,
+    McpServerConfig, OAuthResource, Secret, Transport, UpstreamOAuth, parse_config,
 };
 pub use gateway::{Gateway, GatewayError, GatewayOptions, GatewaySession};
 pub use upstreams::Upstreams;

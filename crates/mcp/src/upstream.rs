@@ -384,7 +384,11 @@ impl Upstream {
                     .await
                     .map_err(|e| fail("initialize failed", &e))?
             }
-            Transport::Http { url, headers } => {
+            Transport::Http {
+                url,
+                headers,
+                oauth,
+            } => {
                 let mut custom = HashMap::new();
                 for (key, value) in headers {
                     let header = http::HeaderName::from_bytes(key.as_bytes()).map_err(|_| {
@@ -402,11 +406,20 @@ impl Upstream {
                 }
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
-                let transport = StreamableHttpClientTransport::from_config(config);
-                handler
-                    .serve(transport)
-                    .await
-                    .map_err(|e| fail("initialize failed", &e))?
+                match oauth {
+                    None => handler
+                        .serve(StreamableHttpClientTransport::from_config(config))
+                        .await
+                        .map_err(|e| fail("initialize failed", &e))?,
+                    Some(oauth) => {
+                        let client =
+                            crate::upstream_oauth::authorized_client(name, url, oauth).await?;
+                        handler
+                            .serve(StreamableHttpClientTransport::with_client(client, config))
+                            .await
+                            .map_err(|e| fail("initialize failed", &e))?
+                    }
+                }
             }
         };
         let peer = running.peer().clone();
