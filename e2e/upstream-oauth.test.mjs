@@ -30,7 +30,11 @@ describe("OAuth client credentials to an upstream", () => {
   let upstream, base, client;
 
   before(async () => {
-    upstream = spawn(process.execPath, [join(servers.annotated, "..", "protected.mjs")], { stdio: ["ignore", "pipe", "inherit"] });
+    // Tokens live 2 s: the gateway must get new ones before they expire.
+    upstream = spawn(process.execPath, [join(servers.annotated, "..", "protected.mjs")], {
+      stdio: ["ignore", "pipe", "inherit"],
+      env: { ...process.env, TOKEN_TTL_SECONDS: "2" },
+    });
     base = await new Promise((resolve, reject) => {
       let seen = "";
       upstream.stdout.on("data", (c) => {
@@ -57,6 +61,17 @@ describe("OAuth client credentials to an upstream", () => {
     assert.equal(r.status, "completed", JSON.stringify(r));
     assert.equal(r.value.who, "gateway");
     assert.ok(r.value.n >= 2, JSON.stringify(r));
+  });
+
+  test("a new token is got before the old one expires", async () => {
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    const r = await exec(client, `
+      const who = (await MCP.secure.whoami({})).content[0].text;
+      const issued = Number((await MCP.secure.issued({})).content[0].text);
+      return { who, issued };`);
+    assert.equal(r.status, "completed", JSON.stringify(r));
+    assert.equal(r.value.who, "gateway", "still authorized after the first token expired");
+    assert.ok(r.value.issued >= 2, JSON.stringify(r));
   });
 
   test("wrong credentials leave the server down with a reason, never the secret", async () => {

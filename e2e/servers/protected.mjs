@@ -5,6 +5,8 @@
 // a bearer check). Prints `listening <base URL>` once it listens.
 //   whoami()  the client id the presented token was issued to
 //   calls()   how many tools/call requests carried a valid token
+//   issued()  how many tokens the token endpoint issued
+// Tokens live TOKEN_TTL_SECONDS (default 3600).
 import { createServer } from "node:http";
 import { randomBytes } from "node:crypto";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
@@ -12,6 +14,7 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 
 const CLIENTS = { gateway: "right-secret-0123456789" };
 const tokens = new Map(); // token -> { client, expires }
+const TTL = Number(process.env.TOKEN_TTL_SECONDS ?? 3600);
 let calls = 0;
 let base;
 
@@ -51,8 +54,8 @@ const http = createServer(async (req, res) => {
       return json(res, 401, { error: "invalid_client" });
     }
     const token = randomBytes(24).toString("hex");
-    tokens.set(token, { client: id, expires: Date.now() + 3600_000 });
-    return json(res, 200, { access_token: token, token_type: "Bearer", expires_in: 3600 });
+    tokens.set(token, { client: id, expires: Date.now() + TTL * 1000 });
+    return json(res, 200, { access_token: token, token_type: "Bearer", expires_in: TTL });
   }
   if (url.pathname === "/mcp") {
     const token = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
@@ -68,6 +71,8 @@ const http = createServer(async (req, res) => {
       async () => ({ content: [{ type: "text", text: grant.client }] }));
     server.registerTool("calls", { description: "Authorized tool calls so far" },
       async () => ({ content: [{ type: "text", text: String(calls) }] }));
+    server.registerTool("issued", { description: "Tokens issued so far" },
+      async () => ({ content: [{ type: "text", text: String(tokens.size) }] }));
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     res.on("close", () => { transport.close(); server.close(); });
     await server.connect(transport);

@@ -79,7 +79,7 @@ fn typescript_mcp_client_traces_reach_an_otlp_receiver() {
 #[test]
 fn upstream_behind_oauth_client_credentials() {
     let out = node_suite("upstream-oauth.test.mjs");
-    assert!(out.contains("ℹ pass 2"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 3"), "every scenario ran: {out}");
 }
 
 /// `codemode catalog --config FILE`: its JSON lines and its stderr.

@@ -2,11 +2,18 @@
 //! client-credentials grant through the official SDK's `auth` support. The
 //! authorization server is found through the upstream's protected-resource
 //! metadata (RFC 9728) and its own metadata (RFC 8414); the token goes on
-//! every request, and a token the upstream rejects or that expired is
-//! fetched again (the SDK's `AuthClient`). Secrets and tokens are never
+//! every request (the SDK's `AuthClient`), and a new one is got with the
+//! same grant before the old one expires. Secrets and tokens are never
 //! logged or shown.
 
-use rmcp::transport::auth::{AuthClient, ClientCredentialsConfig, OAuthState};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use oauth2::TokenResponse as _;
+use rmcp::transport::auth::{
+    AuthClient, AuthorizationManager, ClientCredentialsConfig, OAuthState,
+};
+use tracing::{debug, warn};
 
 use crate::config::UpstreamOAuth;
 use crate::upstream::UpstreamError;
@@ -28,16 +35,17 @@ pub(crate) async fn authorized_client(
             "MCP server `{server}`: OAuth client credentials: {what}: {e}"
         ))
     };
+    let grant = ClientCredentialsConfig::ClientSecret {
+        client_id: client_id.clone(),
+        client_secret: client_secret.expose().to_owned(),
+        scopes: scopes.clone(),
+        resource: Some(url.to_owned()),
+    };
     let mut state = OAuthState::new(url, None)
         .await
         .map_err(|e| fail("preparing the OAuth client failed", &e))?;
     state
-        .authenticate_client_credentials(ClientCredentialsConfig::ClientSecret {
-            client_id: client_id.clone(),
-            client_secret: client_secret.expose().to_owned(),
-            scopes: scopes.clone(),
-            resource: Some(url.to_owned()),
-        })
+        .authenticate_client_credentials(grant.clone())
         .await
         .map_err(|e| fail("getting an access token failed", &e))?;
     let manager = state.into_authorization_manager().ok_or_else(|| {
@@ -45,5 +53,64 @@ pub(crate) async fn authorized_client(
             "MCP server `{server}`: OAuth client credentials: no authorization after the token exchange"
         ))
     })?;
-    Ok(AuthClient::new(reqwest::Client::default(), manager))
+    let client = AuthClient::new(reqwest::Client::default(), manager);
+    renew_before_expiry(
+        server.to_owned(),
+        Arc::downgrade(&client.auth_manager),
+        grant,
+    );
+    Ok(client)
+}
+
+/// The client-credentials grant has no refresh token: a new token is got
+/// with the same grant at 80 % of the old one's lifetime, for as long as
+/// the connection's client lives.
+fn renew_before_expiry(
+    server: String,
+    manager: Weak<tokio::sync::Mutex<AuthorizationManager>>,
+    grant: ClientCredentialsConfig,
+) {
+    tokio::spawn(async move {
+        let mut wait = lifetime(&manager).await;
+        while let Some(lifetime) = wait {
+            tokio::time::sleep((lifetime * 4 / 5).max(Duration::from_secs(1))).await;
+            let Some(manager_now) = manager.upgrade() else {
+                return;
+            };
+            let renewed = manager_now
+                .lock()
+                .await
+                .exchange_client_credentials(&grant)
+                .await;
+            drop(manager_now);
+            wait = match renewed {
+                Ok(_) => {
+                    debug!(%server, "renewed the upstream's access token");
+                    lifetime_or(&manager, lifetime).await
+                }
+                Err(e) => {
+                    warn!(%server, error = %e, "renewing the upstream's access token failed; retrying in 5 s");
+                    // Slept as 80 % of this: 5 s.
+                    Some(Duration::from_millis(6250))
+                }
+            };
+        }
+    });
+}
+
+/// How long the current token lives; `None` without an expiry (nothing to
+/// renew) or once the connection is gone.
+async fn lifetime(manager: &Weak<tokio::sync::Mutex<AuthorizationManager>>) -> Option<Duration> {
+    let manager = manager.upgrade()?;
+    let credentials = manager.lock().await.get_credentials().await.ok()?;
+    credentials.1.and_then(|token| token.expires_in())
+}
+
+/// [`lifetime`], or `previous` when the token says nothing of it.
+async fn lifetime_or(
+    manager: &Weak<tokio::sync::Mutex<AuthorizationManager>>,
+    previous: Duration,
+) -> Option<Duration> {
+    manager.upgrade()?;
+    Some(lifetime(manager).await.unwrap_or(previous))
 }
