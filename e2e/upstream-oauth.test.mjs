@@ -30,10 +30,10 @@ describe("OAuth client credentials to an upstream", () => {
   let upstream, base, client;
 
   before(async () => {
-    // Tokens live 2 s: the gateway must get new ones before they expire.
+    // Tokens live 4 s: the gateway must get new ones before they expire.
     upstream = spawn(process.execPath, [join(servers.annotated, "..", "protected.mjs")], {
       stdio: ["ignore", "pipe", "inherit"],
-      env: { ...process.env, TOKEN_TTL_SECONDS: "2" },
+      env: { ...process.env, TOKEN_TTL_SECONDS: "4" },
     });
     base = await new Promise((resolve, reject) => {
       let seen = "";
@@ -64,7 +64,7 @@ describe("OAuth client credentials to an upstream", () => {
   });
 
   test("a new token is got before the old one expires", async () => {
-    await new Promise((resolve) => setTimeout(resolve, 3000));
+    await new Promise((resolve) => setTimeout(resolve, 5000));
     const r = await exec(client, `
       const who = (await MCP.secure.whoami({})).content[0].text;
       const issued = Number((await MCP.secure.issued({})).content[0].text);

@@ -63,8 +63,9 @@ pub(crate) async fn authorized_client(
 }
 
 /// The client-credentials grant has no refresh token: a new token is got
-/// with the same grant at 80 % of the old one's lifetime, for as long as
-/// the connection's client lives.
+/// with the same grant at a third of the old one's lifetime (rmcp's client
+/// already treats a token as expired once less than half its lifetime, or
+/// 30 s, is left), for as long as the connection's client lives.
 fn renew_before_expiry(
     server: String,
     manager: Weak<tokio::sync::Mutex<AuthorizationManager>>,
@@ -73,7 +74,7 @@ fn renew_before_expiry(
     tokio::spawn(async move {
         let mut wait = lifetime(&manager).await;
         while let Some(lifetime) = wait {
-            tokio::time::sleep((lifetime * 4 / 5).max(Duration::from_secs(1))).await;
+            tokio::time::sleep((lifetime / 3).max(Duration::from_millis(500))).await;
             let Some(manager_now) = manager.upgrade() else {
                 return;
             };
@@ -90,8 +91,8 @@ fn renew_before_expiry(
                 }
                 Err(e) => {
                     warn!(%server, error = %e, "renewing the upstream's access token failed; retrying in 5 s");
-                    // Slept as 80 % of this: 5 s.
-                    Some(Duration::from_millis(6250))
+                    // Slept as a third of this: 5 s.
+                    Some(Duration::from_secs(15))
                 }
             };
         }
