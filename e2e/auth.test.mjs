@@ -105,6 +105,12 @@ describe("bearer tokens", () => {
       else await new Promise((resolve) => setTimeout(resolve, 50));
     }
     assert.ok(refused, "a second concurrent call of alice was refused");
+    // A made-up tool name is refused before any limit or metric sees it
+    // (metrics labels come from a fixed set, whatever a client sends).
+    await assert.rejects(
+      alice.client.callTool({ name: "bogus_tool_name_label", arguments: {} }),
+      /exactly two tools/,
+    );
     assert.equal(refused.code, "runtime_unavailable");
     assert.match(refused.error, /principal `alice` already has 1 exec\/wait calls running \(auth\.maxConcurrentExecs\)/);
     assert.equal((await exec(bob.client, "return 'bob'")).value, "bob", "bob is not limited by alice");
@@ -128,6 +134,7 @@ describe("bearer tokens", () => {
     assert.deepEqual(samples(text, "codemode_upstream_up").map((s) => [s.labels.server, s.value]), [["annotated", 1]]);
     assert.ok(samples(text, "codemode_sessions")[0].value >= 2, text);
     assert.ok(samples(text, "codemode_auth_failures_total")[0].value >= 4, text);
+    assert.doesNotMatch(text, /bogus_tool_name_label/, "no label from a client's tool name");
     const latency = parsePrometheusTextFormat(text).find((f) => f.name === "codemode_call_duration_seconds");
     assert.equal(latency.type, "HISTOGRAM");
   });
