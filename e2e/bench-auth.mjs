@@ -12,7 +12,7 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { connectHttp, exec, servers, startHttpGateway } from "./harness.mjs";
+import { FIFTY_SUMS as cell, connectHttp, exec, servers, startHttpGateway } from "./harness.mjs";
 
 const rounds = Number(process.argv[2] ?? 200);
 const before = process.env.CODEMODE_BIN_BEFORE;
@@ -31,14 +31,6 @@ function config(auth) {
   }));
   return path;
 }
-
-const cell = `
-let total = 0;
-for (let i = 0; i < 50; i++) {
-  const r = await MCP.everything.getSum({ a: i, b: 1 });
-  total += Number(/is (\\d+)\\./.exec(r.content[0].text)[1]);
-}
-return total;`;
 
 const old = await startHttpGateway(config(false), { bin: before });
 // BENCH_AFTER_NO_AUTH=1 leaves auth out of the second gateway too (to tell

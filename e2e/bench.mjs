@@ -9,7 +9,7 @@
 // Usage: CODEMODE_BIN=target/release/codemode node e2e/bench.mjs [rounds]
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { connectStdio, exec, servers, writeConfig } from "./harness.mjs";
+import { FIFTY_SUMS as cell, connectStdio, exec, servers, writeConfig } from "./harness.mjs";
 
 const rounds = Number(process.argv[2] ?? 200);
 
@@ -22,14 +22,6 @@ function p90(xs) {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length * 0.9)];
 }
-
-const cell = `
-let total = 0;
-for (let i = 0; i < 50; i++) {
-  const r = await MCP.everything.getSum({ a: i, b: 1 });
-  total += Number(/is (\\d+)\\./.exec(r.content[0].text)[1]);
-}
-return total;`;
 
 const { client, close } = await connectStdio(writeConfig({ timeoutMs: 10000, flaky: false }));
 const warm = await exec(client, cell);

@@ -25,6 +25,16 @@ export const servers = {
   annotated: join(here, "servers/annotated.mjs"),
 };
 
+/** The benchmarks' cell: 50 sequential calls to server-everything's
+ * get-sum, summed (1275). */
+export const FIFTY_SUMS = `
+let total = 0;
+for (let i = 0; i < 50; i++) {
+  const r = await MCP.everything.getSum({ a: i, b: 1 });
+  total += Number(/is (\\d+)\\./.exec(r.content[0].text)[1]);
+}
+return total;`;
+
 /** A free TCP port on loopback. */
 export function freePort() {
   return new Promise((resolve, reject) => {
