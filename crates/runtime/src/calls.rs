@@ -166,10 +166,14 @@ impl Calls {
         info: CallInfo,
         future: ToolFuture,
     ) -> Option<Result<Value, ToolCallError>> {
-        let mut future = CatchPanic(Box::pin(tracing::Instrument::instrument(
-            future,
-            info.span.clone(),
-        )));
+        // No subscriber wants the span (the usual case without OTLP): no
+        // wrapper and no second allocation on this hot path.
+        let future = if info.span.is_disabled() {
+            future
+        } else {
+            Box::pin(tracing::Instrument::instrument(future, info.span.clone()))
+        };
+        let mut future = CatchPanic(future);
         let started = Instant::now();
         let first = {
             let _entered = handle.enter();
