@@ -2,11 +2,15 @@
 // official SDK's server behind a bearer check, with its own authorization
 // server). The gateway gets a token by the client-credentials grant,
 // found through the upstream's metadata; wrong credentials leave the
-// server down with a reason that never shows the secret.
+// server down with a reason that never shows the secret. A user's
+// authorization comes from `codemode login` (authorization code + PKCE,
+// dynamic registration or a pre-registered client), with the browser step
+// scripted: the test follows the authorization URL's redirect back to the
+// login's loopback listener, as a browser would after "allow".
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, statSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -14,36 +18,77 @@ import { BIN, connectStdio, exec, servers } from "./harness.mjs";
 
 const run = promisify(execFile);
 
-function config(base, secretRef) {
+function writeGateway(oauth) {
   const dir = mkdtempSync(join(tmpdir(), "codemode-upstream-oauth-"));
   const path = join(dir, "gateway.json");
   writeFileSync(path, JSON.stringify({
     tools: { codeMode: { enabled: true, timeoutMs: 5000 } },
-    mcpServers: {
-      secure: { url: `${base}/mcp`, oauth: { clientCredentials: { clientId: "gateway", clientSecret: secretRef } } },
-    },
+    mcpServers: { secure: oauth },
   }));
   return path;
+}
+
+function config(base, secretRef) {
+  return writeGateway({ url: `${base}/mcp`, oauth: { clientCredentials: { clientId: "gateway", clientSecret: secretRef } } });
+}
+
+/** Starts `servers/protected.mjs`; tokens live 4 s, so the gateway must
+ * get new ones before they expire. Returns { upstream, base }. */
+async function startProtected() {
+  const upstream = spawn(process.execPath, [join(servers.annotated, "..", "protected.mjs")], {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: { ...process.env, TOKEN_TTL_SECONDS: "4" },
+  });
+  const base = await new Promise((resolve, reject) => {
+    let seen = "";
+    upstream.stdout.on("data", (c) => {
+      seen += c;
+      const m = /listening (\S+)\n/.exec(seen);
+      if (m) resolve(m[1]);
+    });
+    upstream.on("exit", (code) => reject(new Error(`the upstream exited with ${code}`)));
+  });
+  return { upstream, base };
+}
+
+/** Runs `codemode login secure`, playing the browser: fetches the printed
+ * authorization URL without following its redirect, then delivers the
+ * redirect to the login's listener. Returns { code, stderr, page }. */
+async function login(configPath, env) {
+  const child = spawn(BIN, ["login", "secure", "--config", configPath, "--no-browser", "--timeout", "20"], {
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  let stdout = "";
+  child.stdout.on("data", (c) => { stdout += c; });
+  const exited = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
+  const authorizationUrl = await new Promise((resolve, reject) => {
+    child.stderr.on("data", (c) => {
+      stderr += c;
+      const m = /^(http\S+\/authorize\?\S+)$/m.exec(stderr);
+      if (m) resolve(m[1]);
+    });
+    exited.then((code) => reject(new Error(`login exited with ${code} before printing a URL:\n${stderr}`)));
+  });
+  const authorize = await fetch(authorizationUrl, { redirect: "manual" });
+  assert.equal(authorize.status, 302, await authorize.text());
+  const back = authorize.headers.get("location");
+  assert.match(back, /^http:\/\/127\.0\.0\.1:\d+\/callback\?/, "the redirect goes to loopback");
+  const page = await (await fetch(back)).text();
+  const code = await exited;
+  return { code, stderr, stdout, page, authorizationUrl: new URL(authorizationUrl) };
+}
+
+function tokenFile(dataDir) {
+  return join(dataDir, "oauth", "secure.json");
 }
 
 describe("OAuth client credentials to an upstream", () => {
   let upstream, base, client;
 
   before(async () => {
-    // Tokens live 4 s: the gateway must get new ones before they expire.
-    upstream = spawn(process.execPath, [join(servers.annotated, "..", "protected.mjs")], {
-      stdio: ["ignore", "pipe", "inherit"],
-      env: { ...process.env, TOKEN_TTL_SECONDS: "4" },
-    });
-    base = await new Promise((resolve, reject) => {
-      let seen = "";
-      upstream.stdout.on("data", (c) => {
-        seen += c;
-        const m = /listening (\S+)\n/.exec(seen);
-        if (m) resolve(m[1]);
-      });
-      upstream.on("exit", (code) => reject(new Error(`the upstream exited with ${code}`)));
-    });
+    ({ upstream, base } = await startProtected());
   });
 
   after(async () => {
@@ -80,5 +125,99 @@ describe("OAuth client credentials to an upstream", () => {
     assert.doesNotMatch(out.stdout, /secure/, "no tools of the down server");
     assert.match(out.stderr, /MCP server `secure`: OAuth client credentials: getting an access token failed/);
     assert.doesNotMatch(out.stderr + out.stdout, /wrong-secret/);
+  });
+});
+
+describe("codemode login: a user's authorization of an upstream", () => {
+  let upstream, base, client;
+  const dataDir = mkdtempSync(join(tmpdir(), "codemode-data-"));
+  const env = { CODEMODE_DATA_DIR: dataDir };
+
+  before(async () => {
+    ({ upstream, base } = await startProtected());
+  });
+
+  after(async () => {
+    await client?.close();
+    upstream?.kill();
+  });
+
+  test("before a login the server is down with a reason that says to log in", async () => {
+    const path = writeGateway({ url: `${base}/mcp`, oauth: { authorizationCode: { scopes: ["mcp:read"] } } });
+    const out = await run(BIN, ["catalog", "--config", path], { env: { ...process.env, ...env } });
+    assert.doesNotMatch(out.stdout, /secure/);
+    assert.match(out.stderr, /MCP server `secure`: not logged in .*run `codemode login secure --config/);
+  });
+
+  test("login registers a client, runs authorization code with PKCE and stores the token owner-only", async () => {
+    const path = writeGateway({ url: `${base}/mcp`, oauth: { authorizationCode: { scopes: ["mcp:read"] } } });
+    const r = await login(path, env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.page, /authorization received/);
+    assert.match(r.stderr, /logged in to `secure` \(client dyn-[0-9a-f]+\); token stored in /);
+    const q = r.authorizationUrl.searchParams;
+    assert.equal(q.get("code_challenge_method"), "S256");
+    assert.equal(q.get("resource"), `${base}/mcp`, "RFC 8707 resource on the authorization request");
+    assert.equal(q.get("scope"), "mcp:read");
+    const file = tokenFile(dataDir);
+    assert.equal(statSync(file).mode & 0o777, 0o600);
+    assert.equal(statSync(join(dataDir, "oauth")).mode & 0o777, 0o700);
+    const stored = JSON.parse(readFileSync(file, "utf8"));
+    const { access_token, refresh_token } = stored.credentials.token_response;
+    assert.ok(access_token && refresh_token, "both tokens stored");
+    for (const secret of [access_token, refresh_token]) {
+      assert.ok(!(r.stderr + r.stdout).includes(secret), "no token is printed");
+    }
+  });
+
+  test("the gateway uses the stored token and refreshes it (resource kept) before it expires", async () => {
+    const path = writeGateway({ url: `${base}/mcp`, oauth: { authorizationCode: { scopes: ["mcp:read"] } } });
+    const first = JSON.parse(readFileSync(tokenFile(dataDir), "utf8")).credentials.token_response.access_token;
+    process.env.CODEMODE_DATA_DIR = dataDir;
+    try {
+      ({ client } = await connectStdio(path));
+    } finally {
+      delete process.env.CODEMODE_DATA_DIR;
+    }
+    const who = await exec(client, `return (await MCP.secure.whoami({})).content[0].text;`);
+    assert.equal(who.status, "completed", JSON.stringify(who));
+    assert.match(who.value, /^dyn-/);
+    // Tokens live 4 s; the one from the login is older than that by now
+    // or soon: calls keep working across its expiry.
+    await new Promise((resolve) => setTimeout(resolve, 5000));
+    const r = await exec(client, `
+      const who = (await MCP.secure.whoami({})).content[0].text;
+      const refreshes = JSON.parse((await MCP.secure.refreshes({})).content[0].text);
+      return { who, refreshes };`);
+    assert.equal(r.status, "completed", JSON.stringify(r));
+    assert.equal(r.value.who, who.value, "still authorized as the same client");
+    assert.ok(r.value.refreshes.count >= 1, JSON.stringify(r.value));
+    for (const resource of r.value.refreshes.resources) assert.equal(resource, `${base}/mcp`);
+    for (const scope of r.value.refreshes.scopes) assert.ok(scope === null || scope === "mcp:read", scope);
+    const now = JSON.parse(readFileSync(tokenFile(dataDir), "utf8")).credentials.token_response.access_token;
+    assert.notEqual(now, first, "the refreshed token was written back to the token file");
+  });
+
+  test("a pre-registered client logs in with its own id; logout removes the token", async () => {
+    const data = mkdtempSync(join(tmpdir(), "codemode-data-"));
+    const path = writeGateway({ url: `${base}/mcp`, oauth: { authorizationCode: { clientId: "cli-app" } } });
+    const r = await login(path, { CODEMODE_DATA_DIR: data });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stderr, /logged in to `secure` \(client cli-app\)/);
+    const out = await run(BIN, ["catalog", "--config", path], { env: { ...process.env, CODEMODE_DATA_DIR: data } });
+    assert.match(out.stdout, /"call":"MCP\.secure\.whoami"/);
+    const gone = await run(BIN, ["logout", "secure", "--config", path], { env: { ...process.env, CODEMODE_DATA_DIR: data } });
+    assert.match(gone.stderr, /removed the stored token of `secure`/);
+    assert.ok(!existsSync(tokenFile(data)));
+  });
+
+  test("a refused authorization fails the login with the server's reason and stores nothing", async () => {
+    const data = mkdtempSync(join(tmpdir(), "codemode-data-"));
+    const path = writeGateway({ url: `${base}/mcp`, oauth: { authorizationCode: { clientId: "deny-me" } } });
+    const r = await login(path, { CODEMODE_DATA_DIR: data });
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /the authorization server refused: access_denied \(the user said no\)/);
+    assert.match(r.page, /the login failed/);
+    assert.ok(!existsSync(tokenFile(data)));
   });
 });

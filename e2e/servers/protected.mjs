@@ -1,20 +1,30 @@
 // An MCP server behind OAuth, for the upstream-OAuth tests: one process
-// that is both the authorization server (RFC 8414 metadata and a token
-// endpoint for the client-credentials grant) and the protected resource
-// (RFC 9728 metadata; the official SDK's streamable HTTP transport behind
-// a bearer check). Prints `listening <base URL>` once it listens.
-//   whoami()  the client id the presented token was issued to
-//   calls()   how many tools/call requests carried a valid token
-//   issued()  how many tokens the token endpoint issued
-// Tokens live TOKEN_TTL_SECONDS (default 3600).
+// that is both the authorization server (RFC 8414 metadata; dynamic client
+// registration; an authorization endpoint that approves at once, as a
+// user who clicks "allow" would; a token endpoint for the
+// client-credentials, authorization-code (PKCE S256 checked) and
+// refresh-token grants) and the protected resource (RFC 9728 metadata; the
+// official SDK's streamable HTTP transport behind a bearer check). Prints
+// `listening <base URL>` once it listens.
+//   whoami()     the client id the presented token was issued to
+//   calls()      how many tools/call requests carried a valid token
+//   issued()     how many tokens the token endpoint issued
+//   refreshes()  { count, resources, scopes } of refresh-token grants
+// Tokens live TOKEN_TTL_SECONDS (default 3600). The pre-registered client
+// `deny-me` is refused: its redirect carries error=access_denied.
 import { createServer } from "node:http";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 
 const CLIENTS = { gateway: "right-secret-0123456789" };
 const tokens = new Map(); // token -> { client, expires }
 const TTL = Number(process.env.TOKEN_TTL_SECONDS ?? 3600);
+// Public clients: pre-registered, and those registered dynamically.
+const publicClients = new Map([["cli-app", { redirect_uris: null }], ["deny-me", { redirect_uris: null }]]);
+const codes = new Map(); // code -> { client, redirect, challenge, resource, scope }
+const refreshTokens = new Map(); // refresh token -> { client, scope }
+const refreshes = { count: 0, resources: [], scopes: [] };
 let calls = 0;
 let base;
 
@@ -37,9 +47,48 @@ const http = createServer(async (req, res) => {
       token_endpoint: `${base}/token`,
       authorization_endpoint: `${base}/authorize`,
       response_types_supported: ["code"],
-      grant_types_supported: ["client_credentials"],
-      token_endpoint_auth_methods_supported: ["client_secret_post", "client_secret_basic"],
+      registration_endpoint: `${base}/register`,
+      grant_types_supported: ["client_credentials", "authorization_code", "refresh_token"],
+      code_challenge_methods_supported: ["S256"],
+      scopes_supported: ["mcp:read", "mcp:write"],
+      token_endpoint_auth_methods_supported: ["client_secret_post", "client_secret_basic", "none"],
     });
+  }
+  if (url.pathname === "/register" && req.method === "POST") {
+    const meta = JSON.parse((await readBody(req)) || "{}");
+    if (!Array.isArray(meta.redirect_uris) || meta.redirect_uris.length === 0) {
+      return json(res, 400, { error: "invalid_redirect_uri" });
+    }
+    const client_id = `dyn-${randomBytes(8).toString("hex")}`;
+    publicClients.set(client_id, { redirect_uris: meta.redirect_uris });
+    return json(res, 201, { ...meta, client_id, token_endpoint_auth_method: "none" });
+  }
+  if (url.pathname === "/authorize" && req.method === "GET") {
+    const q = url.searchParams;
+    const client = publicClients.get(q.get("client_id"));
+    const redirect = q.get("redirect_uri") ?? "";
+    const loopback = /^http:\/\/(127\.0\.0\.1|localhost)(:\d+)?\//.test(redirect);
+    if (!client || !(client.redirect_uris ? client.redirect_uris.includes(redirect) : loopback)) {
+      return json(res, 400, { error: "invalid_request", error_description: "unknown client or redirect_uri" });
+    }
+    if (q.get("response_type") !== "code" || q.get("code_challenge_method") !== "S256" || !q.get("code_challenge")) {
+      return json(res, 400, { error: "invalid_request", error_description: "PKCE S256 is required" });
+    }
+    const back = new URL(redirect);
+    back.searchParams.set("state", q.get("state") ?? "");
+    if (q.get("client_id") === "deny-me") {
+      back.searchParams.set("error", "access_denied");
+      back.searchParams.set("error_description", "the user said no");
+    } else {
+      const code = randomBytes(16).toString("hex");
+      codes.set(code, {
+        client: q.get("client_id"), redirect, challenge: q.get("code_challenge"),
+        resource: q.get("resource"), scope: q.get("scope"),
+      });
+      back.searchParams.set("code", code);
+    }
+    res.writeHead(302, { location: back.href });
+    return res.end();
   }
   if (url.pathname.startsWith("/.well-known/oauth-protected-resource")) {
     return json(res, 200, { resource: `${base}/mcp`, authorization_servers: [base] });
@@ -50,12 +99,40 @@ const http = createServer(async (req, res) => {
     let secret = form.get("client_secret");
     const basic = /^Basic (.+)$/.exec(req.headers.authorization ?? "");
     if (basic) [id, secret] = Buffer.from(basic[1], "base64").toString().split(":").map(decodeURIComponent);
-    if (form.get("grant_type") !== "client_credentials" || !id || CLIENTS[id] !== secret) {
+    const issue = (client, extra = {}) => {
+      const token = randomBytes(24).toString("hex");
+      tokens.set(token, { client, expires: Date.now() + TTL * 1000 });
+      return json(res, 200, { access_token: token, token_type: "Bearer", expires_in: TTL, ...extra });
+    };
+    const withRefresh = (client, scope) => {
+      const refresh = randomBytes(24).toString("hex");
+      refreshTokens.set(refresh, { client, scope });
+      return issue(client, { refresh_token: refresh, ...(scope ? { scope } : {}) });
+    };
+    const grant = form.get("grant_type");
+    if (grant === "authorization_code") {
+      const code = codes.get(form.get("code"));
+      codes.delete(form.get("code"));
+      const verifier = form.get("code_verifier") ?? "";
+      const challenge = createHash("sha256").update(verifier).digest("base64url");
+      if (!code || code.client !== id || code.redirect !== form.get("redirect_uri") || code.challenge !== challenge) {
+        return json(res, 400, { error: "invalid_grant", error_description: "code, client, redirect_uri or PKCE verifier mismatch" });
+      }
+      return withRefresh(id, code.scope);
+    }
+    if (grant === "refresh_token") {
+      const old = refreshTokens.get(form.get("refresh_token"));
+      if (!old || old.client !== id) return json(res, 400, { error: "invalid_grant" });
+      refreshTokens.delete(form.get("refresh_token")); // rotated
+      refreshes.count += 1;
+      refreshes.resources.push(form.get("resource"));
+      refreshes.scopes.push(form.get("scope"));
+      return withRefresh(id, old.scope);
+    }
+    if (grant !== "client_credentials" || !id || CLIENTS[id] !== secret) {
       return json(res, 401, { error: "invalid_client" });
     }
-    const token = randomBytes(24).toString("hex");
-    tokens.set(token, { client: id, expires: Date.now() + TTL * 1000 });
-    return json(res, 200, { access_token: token, token_type: "Bearer", expires_in: TTL });
+    return issue(id);
   }
   if (url.pathname === "/mcp") {
     const token = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
@@ -73,6 +150,8 @@ const http = createServer(async (req, res) => {
       async () => ({ content: [{ type: "text", text: String(calls) }] }));
     server.registerTool("issued", { description: "Tokens issued so far" },
       async () => ({ content: [{ type: "text", text: String(tokens.size) }] }));
+    server.registerTool("refreshes", { description: "Refresh-token grants so far" },
+      async () => ({ content: [{ type: "text", text: JSON.stringify(refreshes) }] }));
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     res.on("close", () => { transport.close(); server.close(); });
     await server.connect(transport);

@@ -14,6 +14,9 @@
 //!   serves the operator endpoint for approvals on a separate address.
 //! - `codemode approvals list|approve|deny --admin URL` drives that
 //!   endpoint (the token from `CODEMODE_ADMIN_TOKEN`).
+//! - `codemode login SERVER --config FILE [--no-browser]` authorizes the
+//!   gateway to reach an OAuth-protected upstream (authorization code with
+//!   PKCE) and stores the token; `codemode logout` removes it.
 //! - `codemode catalog --config FILE` connects to the configured servers and
 //!   prints the hidden catalog (one JSON line per tool).
 //! - `codemode check-config FILE` reports every problem of a config file.
@@ -138,6 +141,31 @@ enum Command {
         /// The operator endpoint, e.g. http://127.0.0.1:9090
         #[arg(long, global = true, value_name = "URL")]
         admin: Option<String>,
+    },
+    /// Authorize the gateway to reach an OAuth-protected MCP server
+    /// (`oauth: { authorizationCode: {...} }`): opens the authorization URL
+    /// in a browser (or prints it), waits for the redirect on loopback and
+    /// stores the token in the data directory.
+    Login {
+        /// The server's name in `mcpServers`.
+        server: String,
+        /// JSON5 config file holding the server.
+        #[arg(long)]
+        config: PathBuf,
+        /// Only print the authorization URL; do not start a browser.
+        #[arg(long)]
+        no_browser: bool,
+        /// Give up when no redirect came back within this many seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Remove the token `codemode login` stored for a server.
+    Logout {
+        /// The server's name in `mcpServers`.
+        server: String,
+        /// JSON5 config file holding the server.
+        #[arg(long)]
+        config: PathBuf,
     },
     /// Connect to the configured MCP servers and print the hidden catalog.
     Catalog {
@@ -341,6 +369,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             },
         ),
         Command::Approvals { action, admin } => approvals(action, admin),
+        Command::Login {
+            server,
+            config,
+            no_browser,
+            timeout,
+        } => login(&server, &config, no_browser, timeout),
+        Command::Logout { server, config } => logout(&server, &config),
         Command::Catalog { config } => catalog(&config),
         Command::CheckConfig { file } => check_config(&file),
     }
@@ -532,6 +567,81 @@ fn report_down(upstreams: &Upstreams) {
             eprintln!("codemode: {reason}");
         }
     }
+}
+
+/// The server `name` of the config at `path`.
+fn configured_server(name: &str, path: &PathBuf) -> Result<codemode_mcp::McpServerConfig> {
+    let (config, diagnostics) = load_config(Some(path))?;
+    print_diagnostics(&diagnostics);
+    config
+        .servers
+        .into_iter()
+        .find(|s| s.name == name)
+        .with_context(|| {
+            format!(
+                "config {} has no server `{name}` in mcpServers",
+                path.display()
+            )
+        })
+}
+
+fn login(name: &str, path: &PathBuf, no_browser: bool, timeout: u64) -> Result<ExitCode> {
+    let server = configured_server(name, path)?;
+    let data_dir = codemode_mcp::data_dir::data_dir().map_err(anyhow::Error::msg)?;
+    let tokio = tokio_runtime()?;
+    let logged_in = match tokio.block_on(codemode_mcp::login::login(
+        &server,
+        data_dir,
+        std::time::Duration::from_secs(timeout),
+        |url| {
+            eprintln!("codemode: open this URL to authorize `{name}`:\n{url}");
+            if !no_browser {
+                open_browser(url);
+            }
+        },
+    )) {
+        Ok(logged_in) => logged_in,
+        // The flow failed (not the usage): exit status 1.
+        Err(e) => {
+            eprintln!("codemode: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    eprintln!(
+        "codemode: logged in to `{name}` (client {}); token stored in {}",
+        logged_in.client_id,
+        logged_in.token_file.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Best effort: the URL is printed anyway.
+fn open_browser(url: &str) {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let started = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if started.is_err() {
+        eprintln!("codemode: no browser started ({opener} is missing); open the URL yourself");
+    }
+}
+
+fn logout(name: &str, path: &PathBuf) -> Result<ExitCode> {
+    let server = configured_server(name, path)?;
+    let data_dir = codemode_mcp::data_dir::data_dir().map_err(anyhow::Error::msg)?;
+    if codemode_mcp::login::logout(&server, data_dir)? {
+        eprintln!("codemode: removed the stored token of `{name}`");
+    } else {
+        eprintln!("codemode: `{name}` had no stored token");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn catalog(config: &PathBuf) -> Result<ExitCode> {

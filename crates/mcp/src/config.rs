@@ -94,6 +94,22 @@ pub enum UpstreamOAuth {
         /// `scopes` to ask for.
         scopes: Vec<String>,
     },
+    /// `authorizationCode`: a user's authorization, got once with
+    /// `codemode login <server>` (authorization code with PKCE) and kept in
+    /// the data directory; the gateway uses and refreshes the stored token.
+    AuthorizationCode {
+        /// `clientId` of a pre-registered client; without it the client
+        /// registers itself (dynamic client registration).
+        client_id: Option<String>,
+        /// `clientSecret` of a pre-registered confidential client.
+        client_secret: Option<Secret>,
+        /// `scopes` to ask for (default: what the server advertises).
+        scopes: Vec<String>,
+        /// `redirectPort`: the loopback port `codemode login` listens on for
+        /// the redirect (default: any free port; a pre-registered client
+        /// usually needs a fixed one).
+        redirect_port: Option<u16>,
+    },
 }
 
 /// One entry of `mcpServers`.
@@ -550,43 +566,98 @@ fn parse_upstream_oauth(
     path: &str,
     env: &dyn Fn(&str) -> Option<String>,
     errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
 ) -> Option<UpstreamOAuth> {
-    const EXPECTED: &str = "expected { clientCredentials: { clientId: \"...\", clientSecret: \"${SECRET}\", scopes?: [...] } }";
-    let Some(Value::Object(cc)) = value.get("clientCredentials") else {
+    const EXPECTED: &str = "expected { clientCredentials: { clientId: \"...\", clientSecret: \"${SECRET}\", scopes?: [...] } } or { authorizationCode: { clientId?, clientSecret?, scopes?, redirectPort? } }";
+    let Value::Object(object) = value else {
         errors.push(error(path, EXPECTED));
         return None;
     };
+    // Exactly one grant.
+    let mut grants = object.iter();
+    let (Some((grant, Value::Object(fields_object))), None) = (grants.next(), grants.next()) else {
+        errors.push(error(path, EXPECTED));
+        return None;
+    };
+    let grant = grant.as_str();
     let before = errors.len();
-    let cc_path = join(path, "clientCredentials");
+    let grant_path = join(path, grant);
     let mut fields = Fields {
-        path: &cc_path,
-        object: cc,
+        path: &grant_path,
+        object: fields_object,
         env,
         errors,
     };
     let client_id = fields.string("clientId").filter(|s| !s.trim().is_empty());
     let client_secret = fields.string("clientSecret").filter(|s| !s.is_empty());
     let scopes = fields.strings("scopes");
-    if client_id.is_none() {
-        fields.fail(
-            "clientId",
-            "required: the client id registered with the authorization server",
-        );
-    }
-    if client_secret.is_none() {
-        fields.fail(
-            "clientSecret",
-            "required: the client secret (write \"${NAME}\" to read it from the environment)",
-        );
-    }
-    if errors.len() > before {
-        return None;
-    }
-    Some(UpstreamOAuth::ClientCredentials {
-        client_id: client_id?,
-        client_secret: Secret::new(client_secret?),
-        scopes,
-    })
+    let oauth = match grant {
+        "clientCredentials" => {
+            for key in fields_object.keys() {
+                if !matches!(key.as_str(), "clientId" | "clientSecret" | "scopes") {
+                    diagnostics.push(unknown(&join(&grant_path, key)));
+                }
+            }
+            if client_id.is_none() {
+                fields.fail(
+                    "clientId",
+                    "required: the client id registered with the authorization server",
+                );
+            }
+            if client_secret.is_none() {
+                fields.fail(
+                    "clientSecret",
+                    "required: the client secret (write \"${NAME}\" to read it from the environment)",
+                );
+            }
+            UpstreamOAuth::ClientCredentials {
+                client_id: client_id.clone().unwrap_or_default(),
+                client_secret: Secret::new(client_secret.unwrap_or_default()),
+                scopes,
+            }
+        }
+        "authorizationCode" => {
+            for key in fields_object.keys() {
+                if !matches!(
+                    key.as_str(),
+                    "clientId" | "clientSecret" | "scopes" | "redirectPort"
+                ) {
+                    diagnostics.push(unknown(&join(&grant_path, key)));
+                }
+            }
+            let redirect_port = match fields_object.get("redirectPort") {
+                None => None,
+                Some(Value::Number(n)) => match n.as_u64().and_then(|n| u16::try_from(n).ok()) {
+                    Some(port) if port > 0 => Some(port),
+                    _ => {
+                        fields.fail("redirectPort", "expected a port number from 1 to 65535");
+                        None
+                    }
+                },
+                Some(_) => {
+                    fields.fail("redirectPort", "expected a port number from 1 to 65535");
+                    None
+                }
+            };
+            if client_secret.is_some() && client_id.is_none() {
+                fields.fail(
+                    "clientSecret",
+                    "a client secret belongs to a pre-registered client: set `clientId` too",
+                );
+            }
+            UpstreamOAuth::AuthorizationCode {
+                client_id,
+                client_secret: client_secret.map(Secret::new),
+                scopes,
+                redirect_port,
+            }
+        }
+        _ => {
+            errors.push(error(path, EXPECTED));
+            return None;
+        }
+    };
+    (errors.len() == before).then_some(oauth)
 }
 
 /// `http://127.0.0.1...`, `http://[::1]...` or `http://localhost...`.
@@ -1040,7 +1111,7 @@ fn parse_server(
         }
         let headers = fields.secrets("headers");
         let oauth = object.get("oauth").and_then(|value| {
-            parse_upstream_oauth(value, &join(path, "oauth"), env, fields.errors)
+            parse_upstream_oauth(value, &join(path, "oauth"), env, fields.errors, diagnostics)
         });
         match url {
             Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
@@ -1308,6 +1379,69 @@ mod tests {
             "mcpServers.b.oauth: only HTTP servers",
         ] {
             assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+
+    #[test]
+    fn upstream_oauth_authorization_code_parses_and_names_bad_fields() {
+        let (config, diagnostics) = parse(
+            r#"{ mcpServers: {
+                 dyn: { url: "https://a.example.com/mcp", oauth: { authorizationCode: {} } },
+                 pre: { url: "https://b.example.com/mcp", oauth: { authorizationCode: { clientId: "app", clientSecret: "${TOKEN}", scopes: ["read"], redirectPort: 8976, extra: 1 } } },
+               } }"#,
+        )
+        .unwrap();
+        let oauth = |name: &str| match &config
+            .servers
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap()
+            .transport
+        {
+            Transport::Http { oauth, .. } => oauth.clone(),
+            Transport::Stdio { .. } => None,
+        };
+        assert_eq!(
+            oauth("dyn"),
+            Some(UpstreamOAuth::AuthorizationCode {
+                client_id: None,
+                client_secret: None,
+                scopes: vec![],
+                redirect_port: None,
+            })
+        );
+        assert_eq!(
+            oauth("pre"),
+            Some(UpstreamOAuth::AuthorizationCode {
+                client_id: Some("app".into()),
+                client_secret: Some(Secret::new("s3cret")),
+                scopes: vec!["read".into()],
+                redirect_port: Some(8976),
+            })
+        );
+        assert!(
+            diagnostics
+                .iter()
+                .any(|d| d.path == "mcpServers.pre.oauth.authorizationCode.extra"),
+            "{diagnostics:?}"
+        );
+        let err = parse(
+            r#"{ mcpServers: {
+                 a: { url: "https://a.example.com/mcp", oauth: { authorizationCode: { redirectPort: 70000 } } },
+                 b: { url: "https://a.example.com/mcp", oauth: { authorizationCode: { clientSecret: "x" } } },
+                 c: { url: "https://a.example.com/mcp", oauth: { authorizationCode: {}, clientCredentials: {} } },
+                 d: { url: "https://a.example.com/mcp", oauth: { password: {} } },
+               } }"#,
+        )
+        .unwrap_err();
+        let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+        for path in [
+            "mcpServers.a.oauth.authorizationCode.redirectPort",
+            "mcpServers.b.oauth.authorizationCode.clientSecret",
+            "mcpServers.c.oauth",
+            "mcpServers.d.oauth",
+        ] {
+            assert!(paths.contains(&path), "{path}: {paths:?}");
         }
     }
 

@@ -15,6 +15,9 @@
 //!   through MCP elicitation; fail closed without it.
 //! - [`hooks`]: `hooks.beforeToolCall` (a command or a URL), fail closed.
 //! - [`admin`]: the operator endpoint for approvals (off by default).
+//! - [`login`]: `codemode login`, a user's OAuth authorization of an
+//!   upstream (authorization code + PKCE), kept by `token_store` in the
+//!   [`data_dir`] and refreshed by `upstream_oauth`.
 //! - [`auth`]: bearer tokens for HTTP clients; a session belongs to the
 //!   principal that opened it.
 //! - `metrics`: Prometheus metrics at `/metrics`.
@@ -39,11 +42,14 @@ pub mod admin;
 mod approvals;
 pub mod auth;
 pub mod config;
+pub mod data_dir;
 pub mod gateway;
 pub mod hooks;
+pub mod login;
 mod metrics;
 mod oauth;
 mod stdio_guard;
+mod token_store;
 pub mod upstream;
 mod upstream_oauth;
 mod upstream_stdio;

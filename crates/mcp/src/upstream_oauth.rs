@@ -1,21 +1,25 @@
-//! OAuth to HTTP upstreams (`mcpServers.<name>.oauth`): the
-//! client-credentials grant through the official SDK's `auth` support. The
-//! authorization server is found through the upstream's protected-resource
-//! metadata (RFC 9728) and its own metadata (RFC 8414); the token goes on
-//! every request (the SDK's `AuthClient`), and a new one is got with the
-//! same grant before the old one expires. Secrets and tokens are never
-//! logged or shown.
+//! OAuth to HTTP upstreams (`mcpServers.<name>.oauth`) through the official
+//! SDK's `auth` support: the client-credentials grant, or a user's token
+//! got by `codemode login` (see [`crate::login`]) and kept in a
+//! [`TokenFile`]. The authorization server is found through the upstream's
+//! protected-resource metadata (RFC 9728) and its own metadata (RFC 8414);
+//! the token goes on every request (the SDK's `AuthClient`). A
+//! client-credentials token is replaced with the same grant before it
+//! expires; a user's token is refreshed with its refresh token (keeping
+//! `resource` and the granted scopes) and the new one written back to the
+//! file. Secrets and tokens are never logged or shown.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use oauth2::TokenResponse as _;
 use rmcp::transport::auth::{
-    AuthClient, AuthorizationManager, ClientCredentialsConfig, OAuthState,
+    AuthClient, AuthorizationManager, ClientCredentialsConfig, OAuthClientConfig, OAuthState,
 };
 use tracing::{debug, warn};
 
 use crate::config::UpstreamOAuth;
+use crate::token_store::TokenFile;
 use crate::upstream::UpstreamError;
 
 /// An HTTP client for `url` that carries access tokens got as `oauth` says.
@@ -25,11 +29,16 @@ pub(crate) async fn authorized_client(
     oauth: &UpstreamOAuth,
 ) -> Result<AuthClient<reqwest::Client>, UpstreamError> {
     crate::install_tls_provider();
-    let UpstreamOAuth::ClientCredentials {
-        client_id,
-        client_secret,
-        scopes,
-    } = oauth;
+    let (client_id, client_secret, scopes) = match oauth {
+        UpstreamOAuth::ClientCredentials {
+            client_id,
+            client_secret,
+            scopes,
+        } => (client_id, client_secret, scopes),
+        UpstreamOAuth::AuthorizationCode { client_secret, .. } => {
+            return stored_authorization(server, url, client_secret.as_ref()).await;
+        }
+    };
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         UpstreamError(format!(
             "MCP server `{server}`: OAuth client credentials: {what}: {e}"
@@ -60,6 +69,48 @@ pub(crate) async fn authorized_client(
         grant,
     );
     Ok(client)
+}
+
+/// The token `codemode login` stored for `server`; refreshed (and stored
+/// again) by the SDK when it nears expiry.
+async fn stored_authorization(
+    server: &str,
+    url: &str,
+    client_secret: Option<&crate::Secret>,
+) -> Result<AuthClient<reqwest::Client>, UpstreamError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        UpstreamError(format!("MCP server `{server}`: OAuth: {what}: {e}"))
+    };
+    let data_dir = crate::data_dir::data_dir().map_err(|e| fail("no token store", &e))?;
+    let tokens = TokenFile::new(&data_dir, server, url);
+    let mut manager = AuthorizationManager::new(url)
+        .await
+        .map_err(|e| fail("preparing the OAuth client failed", &e))?;
+    manager.set_credential_store(tokens.clone());
+    let logged_in = manager
+        .initialize_from_store()
+        .await
+        .map_err(|e| fail("reading the stored token failed", &e))?;
+    if !logged_in {
+        return Err(UpstreamError(format!(
+            "MCP server `{server}`: not logged in (no token in {}); run `codemode login {server} --config <this config>` once",
+            tokens.path().display()
+        )));
+    }
+    if let Some(secret) = client_secret {
+        // A confidential client refreshes with its secret.
+        let credentials = manager
+            .get_credentials()
+            .await
+            .map_err(|e| fail("reading the stored token failed", &e))?;
+        manager
+            .configure_client(
+                OAuthClientConfig::new(credentials.0, "http://127.0.0.1/callback")
+                    .with_client_secret(secret.expose()),
+            )
+            .map_err(|e| fail("configuring the client failed", &e))?;
+    }
+    Ok(AuthClient::new(reqwest::Client::default(), manager))
 }
 
 /// The client-credentials grant has no refresh token: a new token is got
