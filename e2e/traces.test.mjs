@@ -2,10 +2,13 @@
 // receiver on loopback; the gateway exports to it (OTEL_EXPORTER_OTLP_*).
 // The official TypeScript client sends a W3C `traceparent`; the spans must
 // continue that trace: request span → exec span → one span per nested call
-// (tool id, outcome), and carry no code or inputs.
+// (tool id, outcome), and carry no code or inputs. A nested call to an
+// HTTP upstream carries the trace on: `traceparent` as an HTTP header and
+// in `_meta` (SEP-414), naming the nested call's span as parent.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
+import { spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,7 +18,7 @@ const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN = "00f067aa0ba902b7";
 
 describe("OpenTelemetry traces", () => {
-  let receiver, gateway, client;
+  let receiver, gateway, client, traced;
   const spans = [];
 
   before(async () => {
@@ -33,11 +36,24 @@ describe("OpenTelemetry traces", () => {
       });
     });
     await new Promise((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    traced = spawn(process.execPath, [join(servers.annotated, "..", "traced.mjs")], { stdio: ["ignore", "pipe", "inherit"] });
+    const tracedUrl = await new Promise((resolve, reject) => {
+      let seen = "";
+      traced.stdout.on("data", (c) => {
+        seen += c;
+        const m = /listening (\S+)\n/.exec(seen);
+        if (m) resolve(m[1]);
+      });
+      traced.on("exit", (code) => reject(new Error(`traced.mjs exited with ${code}`)));
+    });
     const dir = mkdtempSync(join(tmpdir(), "codemode-traces-"));
     const config = join(dir, "gateway.json");
     writeFileSync(config, JSON.stringify({
       tools: { codeMode: { enabled: true, timeoutMs: 5000 } },
-      mcpServers: { annotated: { command: process.execPath, args: [servers.annotated] } },
+      mcpServers: {
+        annotated: { command: process.execPath, args: [servers.annotated] },
+        traced: { url: tracedUrl },
+      },
     }));
     gateway = await startHttpGateway(config, {
       env: {
@@ -54,6 +70,7 @@ describe("OpenTelemetry traces", () => {
     await client?.close();
     await gateway?.stop();
     receiver?.close();
+    traced?.kill();
   });
 
   test("an exec continues the client's trace, with a child span per nested call", async () => {
@@ -61,7 +78,7 @@ describe("OpenTelemetry traces", () => {
       const secret = "do-not-export-" + "this";
       await MCP.annotated.peek({});
       await MCP.annotated.echo({ text: secret });
-      return 1;`);
+      return JSON.parse((await MCP.traced.seen({})).content[0].text);`);
     assert.equal(r.status, "completed", JSON.stringify(r));
     await client.close();
     client = undefined;
@@ -80,12 +97,16 @@ describe("OpenTelemetry traces", () => {
     assert.equal(execSpan.parentSpanId, request.spanId);
     assert.equal(attr(execSpan, "status"), "completed");
     const nested = named("code_mode.nested_call");
-    assert.deepEqual(nested.map((s) => attr(s, "tool_id")).sort(), ["mcp:annotated:echo", "mcp:annotated:peek"]);
+    assert.deepEqual(nested.map((s) => attr(s, "tool_id")).sort(), ["mcp:annotated:echo", "mcp:annotated:peek", "mcp:traced:seen"]);
     for (const span of nested) {
       assert.equal(span.traceId, TRACE_ID);
       assert.equal(span.parentSpanId, execSpan.spanId, "nested calls are children of the exec");
       assert.equal(attr(span, "outcome"), "ok");
     }
     assert.doesNotMatch(JSON.stringify(spans), /do-not-export/, "no code or inputs in spans");
+    // The HTTP upstream got the trace, its parent the nested call's span.
+    const seenSpan = nested.find((s) => attr(s, "tool_id") === "mcp:traced:seen");
+    assert.equal(r.value.header, `00-${TRACE_ID}-${seenSpan.spanId}-01`, JSON.stringify(r.value));
+    assert.equal(r.value.meta, r.value.header, "the same context in _meta");
   });
 });

@@ -51,6 +51,7 @@ mod oauth;
 mod stdio_guard;
 mod token_store;
 pub mod upstream;
+mod upstream_http;
 mod upstream_oauth;
 mod upstream_stdio;
 pub mod upstreams;

@@ -406,14 +406,17 @@ impl Upstream {
                 }
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
+                let http =
+                    crate::upstream_http::TraceHeaders(crate::upstream_http::reqwest_client());
                 match oauth {
                     None => handler
-                        .serve(StreamableHttpClientTransport::from_config(config))
+                        .serve(StreamableHttpClientTransport::with_client(http, config))
                         .await
                         .map_err(|e| fail("initialize failed", &e))?,
                     Some(oauth) => {
                         let client =
-                            crate::upstream_oauth::authorized_client(name, url, oauth).await?;
+                            crate::upstream_oauth::authorized_client(name, url, oauth, http)
+                                .await?;
                         handler
                             .serve(StreamableHttpClientTransport::with_client(client, config))
                             .await
@@ -498,7 +501,8 @@ impl Upstream {
         let started = Instant::now();
         let limit = self.config.call_timeout;
         let connection = self.connection(limit).await?;
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(input);
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(input);
+        crate::upstream_http::set_trace_context(&mut params);
         let left = limit.saturating_sub(started.elapsed());
         match tokio::time::timeout(left, connection.peer.call_tool(params)).await {
             Ok(Ok(mut result)) => {
@@ -552,17 +556,17 @@ impl Upstream {
                     serde_json::to_value(peer.list_prompts(Some(cursor)).await?)
                 }
                 McpMethod::ResourcesRead => {
-                    let uri = text("uri").unwrap_or_default();
-                    serde_json::to_value(
-                        peer.read_resource(ReadResourceRequestParams::new(uri))
-                            .await?,
-                    )
+                    let mut request =
+                        ReadResourceRequestParams::new(text("uri").unwrap_or_default());
+                    crate::upstream_http::set_trace_context(&mut request);
+                    serde_json::to_value(peer.read_resource(request).await?)
                 }
                 McpMethod::PromptsGet => {
                     let mut request = GetPromptRequestParams::new(text("name").unwrap_or_default());
                     if let Some(Value::Object(arguments)) = params.get("arguments") {
                         request = request.with_arguments(arguments.clone());
                     }
+                    crate::upstream_http::set_trace_context(&mut request);
                     serde_json::to_value(peer.get_prompt(request).await?)
                 }
             };

@@ -21,13 +21,15 @@ use tracing::{debug, warn};
 use crate::config::UpstreamOAuth;
 use crate::token_store::TokenFile;
 use crate::upstream::UpstreamError;
+use crate::upstream_http::TraceHeaders;
 
 /// An HTTP client for `url` that carries access tokens got as `oauth` says.
 pub(crate) async fn authorized_client(
     server: &str,
     url: &str,
     oauth: &UpstreamOAuth,
-) -> Result<AuthClient<reqwest::Client>, UpstreamError> {
+    http: TraceHeaders,
+) -> Result<AuthClient<TraceHeaders>, UpstreamError> {
     crate::install_tls_provider();
     let (client_id, client_secret, scopes) = match oauth {
         UpstreamOAuth::ClientCredentials {
@@ -36,7 +38,7 @@ pub(crate) async fn authorized_client(
             scopes,
         } => (client_id, client_secret, scopes),
         UpstreamOAuth::AuthorizationCode { client_secret, .. } => {
-            return stored_authorization(server, url, client_secret.as_ref()).await;
+            return stored_authorization(server, url, client_secret.as_ref(), http).await;
         }
     };
     let fail = |what: &str, e: &dyn std::fmt::Display| {
@@ -62,7 +64,7 @@ pub(crate) async fn authorized_client(
             "MCP server `{server}`: OAuth client credentials: no authorization after the token exchange"
         ))
     })?;
-    let client = AuthClient::new(reqwest::Client::default(), manager);
+    let client = AuthClient::new(http, manager);
     renew_before_expiry(
         server.to_owned(),
         Arc::downgrade(&client.auth_manager),
@@ -77,7 +79,8 @@ async fn stored_authorization(
     server: &str,
     url: &str,
     client_secret: Option<&crate::Secret>,
-) -> Result<AuthClient<reqwest::Client>, UpstreamError> {
+    http: TraceHeaders,
+) -> Result<AuthClient<TraceHeaders>, UpstreamError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         UpstreamError(format!("MCP server `{server}`: OAuth: {what}: {e}"))
     };
@@ -110,7 +113,7 @@ async fn stored_authorization(
             )
             .map_err(|e| fail("configuring the client failed", &e))?;
     }
-    Ok(AuthClient::new(reqwest::Client::default(), manager))
+    Ok(AuthClient::new(http, manager))
 }
 
 /// The client-credentials grant has no refresh token: a new token is got
