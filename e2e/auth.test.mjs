@@ -11,7 +11,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
-import { BIN, connectHttp, exec, servers, startHttpGateway } from "./harness.mjs";
+import { BIN, connectHttp, exec, servers, startHttpGateway, wait } from "./harness.mjs";
 
 const ALICE = "alice-token-0123456789abcdef";
 const BOB = "bob-token-0123456789abcdef";
@@ -53,7 +53,7 @@ describe("bearer tokens", () => {
 
   before(async () => {
     gateway = await startHttpGateway(
-      authConfig({ bearerTokens: [{ name: "alice", token: ALICE }, { name: "bob", token: BOB }], maxConcurrentExecs: 1 }),
+      authConfig({ bearerTokens: [{ name: "alice", token: ALICE }, { name: "bob", token: BOB }], maxConcurrentExecs: 1, maxSuspendedRuns: 2 }),
       { args: ["--metrics", "127.0.0.1:0"] },
     );
   });
@@ -115,6 +115,27 @@ describe("bearer tokens", () => {
     assert.match(refused.error, /principal `alice` already has 1 exec\/wait calls running \(auth\.maxConcurrentExecs\)/);
     assert.equal((await exec(bob.client, "return 'bob'")).value, "bob", "bob is not limited by alice");
     assert.equal((await long).value, "long");
+  });
+
+  test("one principal holds at most maxSuspendedRuns waiting runs over all its sessions", async () => {
+    const suspend = (client) => exec(client, "await yield_control(); return 'resumed'");
+    const first = await suspend(alice.client);
+    assert.equal(first.status, "waiting", JSON.stringify(first));
+    // Alice's second session shares her bound.
+    const again = await connectHttp(gateway.url, { headers: { Authorization: `Bearer ${ALICE}` } });
+    try {
+      assert.equal((await suspend(again.client)).status, "waiting");
+      const refused = await suspend(again.client);
+      assert.equal(refused.status, "failed", JSON.stringify(refused));
+      assert.equal(refused.code, "snapshot_limit_exceeded");
+      assert.match(refused.error, /`alice` already holds 2 suspended runs over all its sessions/);
+      assert.equal((await suspend(bob.client)).status, "waiting", "bob is not limited by alice");
+      // Finishing one of hers frees a place.
+      assert.equal((await wait(alice.client, first.runId)).value, "resumed");
+      assert.equal((await suspend(again.client)).status, "waiting");
+    } finally {
+      await again.close();
+    }
   });
 
   test("/metrics (with the token, and on its own listener) counts what happened", async () => {

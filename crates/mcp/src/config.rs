@@ -267,6 +267,9 @@ pub struct AuthConfig {
     /// `maxConcurrentExecs`: `exec`/`wait` calls one principal may run at
     /// once, over all its sessions (default 32).
     pub max_concurrent_execs: usize,
+    /// `maxSuspendedRuns`: waiting runs one principal may hold, over all
+    /// its sessions (default 256, the runtime's per-session bound).
+    pub max_suspended_runs: usize,
 }
 
 /// Everything wrong with a config file.
@@ -432,6 +435,7 @@ fn parse_approvals(
 /// The shortest bearer token accepted (a guessable token is no auth).
 pub const MIN_BEARER_TOKEN_BYTES: usize = 16;
 const DEFAULT_MAX_CONCURRENT_EXECS: usize = 32;
+const DEFAULT_MAX_SUSPENDED_RUNS: usize = 256;
 
 fn parse_auth(
     value: &Value,
@@ -447,24 +451,33 @@ fn parse_auth(
         return None;
     };
     for key in object.keys() {
-        if !["bearerTokens", "maxConcurrentExecs", "oauth"].contains(&key.as_str()) {
+        if ![
+            "bearerTokens",
+            "maxConcurrentExecs",
+            "maxSuspendedRuns",
+            "oauth",
+        ]
+        .contains(&key.as_str())
+        {
             diagnostics.push(unknown(&join("auth", key)));
         }
     }
     let before = errors.len();
-    let max_concurrent_execs = match object.get("maxConcurrentExecs") {
-        None => DEFAULT_MAX_CONCURRENT_EXECS,
+    let mut count = |key: &str, default: usize, max: u64| match object.get(key) {
+        None => default,
         Some(value) => match value.as_u64() {
-            Some(n @ 1..=4096) => n as usize,
+            Some(n) if (1..=max).contains(&n) => n as usize,
             _ => {
                 errors.push(error(
-                    "auth.maxConcurrentExecs",
-                    "expected an integer from 1 to 4096",
+                    &join("auth", key),
+                    &format!("expected an integer from 1 to {max}"),
                 ));
-                DEFAULT_MAX_CONCURRENT_EXECS
+                default
             }
         },
     };
+    let max_concurrent_execs = count("maxConcurrentExecs", DEFAULT_MAX_CONCURRENT_EXECS, 4096);
+    let max_suspended_runs = count("maxSuspendedRuns", DEFAULT_MAX_SUSPENDED_RUNS, 65536);
     let oauth = object
         .get("oauth")
         .and_then(|value| parse_oauth(value, env, errors, diagnostics));
@@ -558,6 +571,7 @@ fn parse_auth(
         bearer_tokens: tokens,
         oauth,
         max_concurrent_execs,
+        max_suspended_runs,
     })
 }
 
@@ -1285,11 +1299,12 @@ mod tests {
     #[test]
     fn bearer_tokens_parse_with_names_and_are_never_echoed() {
         let (config, _) = parse(
-            r#"{ auth: { bearerTokens: ["${TOKEN}-0123456789", { name: "ci", token: "ci-token-0123456789" }], maxConcurrentExecs: 4 } }"#,
+            r#"{ auth: { bearerTokens: ["${TOKEN}-0123456789", { name: "ci", token: "ci-token-0123456789" }], maxConcurrentExecs: 4, maxSuspendedRuns: 9 } }"#,
         )
         .unwrap();
         let auth = config.auth.unwrap();
         assert_eq!(auth.max_concurrent_execs, 4);
+        assert_eq!(auth.max_suspended_runs, 9);
         let names: Vec<&str> = auth.bearer_tokens.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["token-1", "ci"]);
         assert_eq!(auth.bearer_tokens[0].token.expose(), "s3cret-0123456789");

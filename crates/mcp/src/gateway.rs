@@ -804,6 +804,10 @@ impl GatewaySession {
         let (Some(principal), Some(auth)) = (principal, &self.shared.auth) else {
             return Ok(None);
         };
+        // The session's runs count against its principal's bound on
+        // suspended runs (a session belongs to one principal: see `auth`).
+        self.session
+            .bind_owner(&principal.0, auth.max_suspended_runs);
         let max = auth.max_concurrent_execs;
         let mut running = self
             .shared

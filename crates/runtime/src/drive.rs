@@ -216,6 +216,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 | StoreError::OtherScope
                 | StoreError::Full { .. }
                 | StoreError::ScopeFull { .. }
+                | StoreError::OwnerFull { .. }
                 | StoreError::BytesFull { .. }
                 | StoreError::ScopeBytesFull { .. } => (ErrorCode::InvalidInput, Vec::new()),
             };

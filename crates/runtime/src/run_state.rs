@@ -56,6 +56,9 @@ pub(crate) struct RunState {
     pub(crate) approver: Option<Arc<dyn Approver>>,
     /// The run's id once it first suspends (names pending approvals).
     pub(crate) run_tag: RunTag,
+    /// The session's owner, if bound (bounds suspended runs across
+    /// sessions).
+    pub(crate) owner: Option<crate::store::Owner>,
 }
 
 impl RunState {
@@ -79,6 +82,7 @@ impl RunState {
             hooks: session.hooks.clone(),
             approver: session.approver.clone(),
             run_tag: RunTag::default(),
+            owner: session.owner.get().cloned(),
         }
     }
 }

@@ -359,6 +359,9 @@ pub struct CodeModeSession {
     exec_counter: AtomicU64,
     pub(crate) hooks: Option<Arc<dyn ToolHooks>>,
     pub(crate) approver: Option<Arc<dyn Approver>>,
+    /// Who the session's runs belong to across sessions (a principal),
+    /// with that owner's bound on suspended runs; set once.
+    pub(crate) owner: std::sync::OnceLock<crate::store::Owner>,
 }
 
 impl std::fmt::Debug for CodeModeSession {
@@ -388,7 +391,21 @@ impl CodeModeSession {
             exec_counter: AtomicU64::new(0),
             hooks: None,
             approver: None,
+            owner: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Binds this session to `owner` (e.g. an authenticated principal):
+    /// the suspended runs of all sessions bound to the same owner count
+    /// together against `max_suspended_runs`, on top of the per-session
+    /// and per-process bounds. The first binding holds; a later call with
+    /// another owner returns `false` and changes nothing.
+    pub fn bind_owner(&self, owner: &str, max_suspended_runs: usize) -> bool {
+        let bound = self.owner.get_or_init(|| crate::store::Owner {
+            name: Arc::from(owner),
+            max_suspended_runs,
+        });
+        &*bound.name == owner
     }
 
     /// Runs `hooks` around every nested call and every exec of this

@@ -7,7 +7,7 @@
 //! it. Dropping a stored run cancels its in-flight nested calls.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use codemode_sandbox::Snapshot;
@@ -22,7 +22,15 @@ pub(crate) struct SuspendedRun {
     pub(crate) expires: Instant,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who a run belongs to beyond its session, and how many suspended runs
+/// that owner may hold in all.
+#[derive(Debug, Clone)]
+pub(crate) struct Owner {
+    pub(crate) name: Arc<str>,
+    pub(crate) max_suspended_runs: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum StoreError {
     Unknown,
     Expired,
@@ -33,6 +41,11 @@ pub(crate) enum StoreError {
         limit: usize,
     },
     ScopeFull {
+        limit: usize,
+    },
+    /// The run's owner (over all its sessions) holds its maximum.
+    OwnerFull {
+        owner: Arc<str>,
         limit: usize,
     },
     /// Snapshot bytes held by the process would pass `maxStoreBytes`.
@@ -73,6 +86,9 @@ impl StoreError {
             StoreError::ScopeFull { limit } => format!(
                 "this session already holds {limit} suspended runs (the limit per session); resume them with wait or let them expire before starting more"
             ),
+            StoreError::OwnerFull { owner, limit } => format!(
+                "`{owner}` already holds {limit} suspended runs over all its sessions (its limit); resume them with wait or let them expire before starting more"
+            ),
             StoreError::BytesFull {
                 limit,
                 held,
@@ -96,6 +112,7 @@ enum Slot {
     /// Taken by a `wait` that is running now.
     Resuming {
         scope: Scope,
+        owner: Option<Arc<str>>,
         abort: bool,
     },
     Expired,
@@ -289,6 +306,26 @@ impl RunStore {
                 limit: self.limits.max_runs_per_scope,
             });
         }
+        if let Some(owner) = &run.state.owner {
+            let owned = runs
+                .values()
+                .filter(|slot| match slot {
+                    Slot::Waiting(other) => other
+                        .state
+                        .owner
+                        .as_ref()
+                        .is_some_and(|o| o.name == owner.name),
+                    Slot::Resuming { owner: other, .. } => other.as_ref() == Some(&owner.name),
+                    Slot::Expired | Slot::Aborted => false,
+                })
+                .count();
+            if owned >= owner.max_suspended_runs {
+                return Err(StoreError::OwnerFull {
+                    owner: Arc::clone(&owner.name),
+                    limit: owner.max_suspended_runs,
+                });
+            }
+        }
         // Tombstones are bounded too.
         if runs.len() >= self.limits.max_runs.saturating_mul(4) {
             runs.retain(|_, slot| slot.is_live());
@@ -333,11 +370,13 @@ impl RunStore {
     ) -> Result<SuspendedRun, StoreError> {
         match runs.get(run_id) {
             Some(Slot::Waiting(run)) if run.state.scope != *scope => Err(StoreError::OtherScope),
-            Some(Slot::Waiting(_)) => {
+            Some(Slot::Waiting(run)) => {
+                let owner = run.state.owner.as_ref().map(|o| Arc::clone(&o.name));
                 let taken = runs.insert(
                     run_id.to_owned(),
                     Slot::Resuming {
                         scope: scope.clone(),
+                        owner,
                         abort: false,
                     },
                 );
@@ -362,7 +401,9 @@ impl RunStore {
                 runs.insert(run_id.to_owned(), Slot::Aborted);
                 true
             }
-            Some(Slot::Resuming { scope: s, abort }) if s == scope => {
+            Some(Slot::Resuming {
+                scope: s, abort, ..
+            }) if s == scope => {
                 *abort = true;
                 true
             }
@@ -376,7 +417,9 @@ impl RunStore {
         for slot in runs.values_mut() {
             match slot {
                 Slot::Waiting(run) if run.state.scope == *scope => *slot = Slot::Aborted,
-                Slot::Resuming { scope: s, abort } if s == scope => *abort = true,
+                Slot::Resuming {
+                    scope: s, abort, ..
+                } if s == scope => *abort = true,
                 _ => {}
             }
         }
@@ -388,7 +431,7 @@ impl RunStore {
         for slot in runs.values_mut() {
             match slot {
                 Slot::Waiting(run) if run.state.scope.in_session(session) => *slot = Slot::Aborted,
-                Slot::Resuming { scope, abort } if scope.in_session(session) => *abort = true,
+                Slot::Resuming { scope, abort, .. } if scope.in_session(session) => *abort = true,
                 _ => {}
             }
         }

@@ -407,6 +407,57 @@ async fn the_store_bounds_live_runs_and_snapshot_bytes() {
 }
 
 #[tokio::test]
+async fn an_owner_bounds_suspended_runs_over_all_its_sessions() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 100}}}",
+        RuntimeOptions::default(),
+    );
+    let first = session(&runtime, tools(), Scripted::default());
+    let second = session(&runtime, tools(), Scripted::default());
+    assert!(first.bind_owner("alice", 3));
+    assert!(second.bind_owner("alice", 3));
+    assert!(
+        second.bind_owner("alice", 99),
+        "the same owner again is fine"
+    );
+    assert!(
+        !second.bind_owner("bob", 3),
+        "a session keeps its first owner"
+    );
+    let mut alices = Vec::new();
+    for _ in 0..2 {
+        let r = exec(
+            &first,
+            "await yield_control(); await yield_control(); return 1",
+        )
+        .await;
+        assert_eq!(r["status"], "waiting", "{r}");
+        alices.push(r["runId"].clone());
+    }
+    // The second session has no runs of its own, but its owner holds 2 + 1.
+    suspend_until_refused(&second, 1, "`alice` already holds 3 suspended runs").await;
+    let bob = session(&runtime, tools(), Scripted::default());
+    assert!(bob.bind_owner("bob", 3));
+    assert_eq!(
+        exec(&bob, "await yield_control(); return 1").await["status"],
+        "waiting",
+        "another owner is not affected"
+    );
+    // A run that waits again keeps its place; one that finishes frees it.
+    let again = wait(&first, &alices[0]).await;
+    assert_eq!(again["status"], "waiting", "{again}");
+    assert_eq!(again["runId"], alices[0]);
+    let done = wait(&first, &alices[0]).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        exec(&second, "await yield_control(); return 1").await["status"],
+        "waiting",
+        "a finished run frees its owner's slot"
+    );
+    assert_eq!(runtime.suspended_runs(), 4);
+}
+
+#[tokio::test]
 async fn ending_the_run_or_shutting_down_discards_its_runs_and_calls() {
     let runtime = runtime_with(
         "{tools:{codeMode:{enabled:true, timeoutMs: 100}}}",
