@@ -6,7 +6,11 @@
 //     (CODEMODE_BIN_BEFORE), no token;
 //   - after: this build (CODEMODE_BIN) with `auth.bearerTokens`, every
 //     request carrying its token, metrics recorded.
-// Rounds alternate between the two so both see the same machine.
+// Rounds alternate between the two so both see the same machine. Besides
+// the two medians, the script reports the median of the paired per-round
+// differences (each round runs both sides back to back, so a slow moment
+// of the machine hits both) with a bootstrap 95 % interval: the cost is
+// within the target when the interval's upper end is.
 // Usage: CODEMODE_BIN=target/release/codemode CODEMODE_BIN_BEFORE=/path/to/old \
 //        node e2e/bench-auth.mjs [rounds]
 import { mkdtempSync, writeFileSync } from "node:fs";
@@ -61,9 +65,22 @@ await old.stop();
 await now.stop();
 const b = median(times.before);
 const a = median(times.after);
+const paired = times.after.map((t, i) => t - times.before[i]);
+// Bootstrap: resample the rounds, take the median paired difference.
+let seed = 42;
+const random = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+const medians = [];
+for (let k = 0; k < 2000; k++) {
+  const sample = paired.map(() => paired[Math.floor(random() * paired.length)]);
+  medians.push(median(sample));
+}
+medians.sort((x, y) => x - y);
+const percent = (ms) => Math.round((ms / b) * 1000) / 10;
 console.log(JSON.stringify({
   rounds,
   beforeMs: { median: b, p90: p90(times.before) },
   afterMs: { median: a, p90: p90(times.after) },
   addedPercent: ((a - b) / b) * 100,
+  pairedMedianPercent: percent(median(paired)),
+  pairedMedian95PercentInterval: [percent(medians[50]), percent(medians[1949])],
 }, null, 2));
