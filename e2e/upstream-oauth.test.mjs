@@ -32,10 +32,11 @@ function config(base, secretRef) {
   return writeGateway({ url: `${base}/mcp`, oauth: { clientCredentials: { clientId: "gateway", clientSecret: secretRef } } });
 }
 
-/** Starts `servers/protected.mjs`; tokens live 4 s, so the gateway must
- * get new ones before they expire. Returns { upstream, base }. */
-async function startProtected() {
-  const upstream = spawn(process.execPath, [join(servers.annotated, "..", "protected.mjs")], {
+/** Starts `servers/protected.mjs` (or `script`); tokens live 4 s, so the
+ * gateway must get new ones before they expire. Returns { upstream, base }
+ * (`base`: what the server printed). */
+async function startProtected(script = "protected.mjs") {
+  const upstream = spawn(process.execPath, [join(servers.annotated, "..", script)], {
     stdio: ["ignore", "pipe", "inherit"],
     env: { ...process.env, TOKEN_TTL_SECONDS: "4" },
   });
@@ -219,5 +220,44 @@ describe("codemode login: a user's authorization of an upstream", () => {
     assert.match(r.stderr, /the authorization server refused: access_denied \(the user said no\)/);
     assert.match(r.page, /the login failed/);
     assert.ok(!existsSync(tokenFile(data)));
+  });
+});
+
+describe("codemode login against the official SDK's authorization server", () => {
+  let upstream, url, client;
+  const dataDir = mkdtempSync(join(tmpdir(), "codemode-data-"));
+
+  before(async () => {
+    ({ upstream, base: url } = await startProtected("sdk-auth.mjs"));
+  });
+
+  after(async () => {
+    await client?.close();
+    upstream?.kill();
+  });
+
+  test("registration, PKCE and refresh work with mcpAuthRouter and requireBearerAuth", async () => {
+    const path = writeGateway({ url, oauth: { authorizationCode: {} } });
+    const r = await login(path, { CODEMODE_DATA_DIR: dataDir });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.page, /authorization received/);
+    assert.equal(r.authorizationUrl.searchParams.get("scope"), "mcp:tools", "the advertised scope by default");
+    process.env.CODEMODE_DATA_DIR = dataDir;
+    try {
+      ({ client } = await connectStdio(path));
+    } finally {
+      delete process.env.CODEMODE_DATA_DIR;
+    }
+    const first = await exec(client, `return (await MCP.secure.whoami({})).content[0].text;`);
+    assert.equal(first.status, "completed", JSON.stringify(first));
+    assert.match(r.stderr, new RegExp(`\\(client ${first.value}\\)`), "the registered client calls");
+    await new Promise((resolve) => setTimeout(resolve, 5000));
+    const later = await exec(client, `
+      return { who: (await MCP.secure.whoami({})).content[0].text,
+               refreshes: JSON.parse((await MCP.secure.refreshes({})).content[0].text) };`);
+    assert.equal(later.status, "completed", JSON.stringify(later));
+    assert.equal(later.value.who, first.value);
+    assert.ok(later.value.refreshes.length >= 1, JSON.stringify(later.value));
+    for (const { resource } of later.value.refreshes) assert.equal(resource, url);
   });
 });
