@@ -151,17 +151,55 @@ impl Approver for ClientApprover {
     }
 }
 
+/// The upstream's annotations as the user sees them: the MCP hints and a
+/// title only, bounded (the upstream controls them).
+fn annotations(value: &serde_json::Value) -> String {
+    const SHOWN: [&str; 5] = [
+        "title",
+        "readOnlyHint",
+        "destructiveHint",
+        "idempotentHint",
+        "openWorldHint",
+    ];
+    let Some(object) = value.as_object() else {
+        return "none".to_owned();
+    };
+    let shown: Vec<String> = SHOWN
+        .iter()
+        .filter_map(|key| {
+            let value = object.get(*key)?;
+            let text = match value {
+                serde_json::Value::String(s) => format!("{:?}", clip(s, 120)),
+                serde_json::Value::Bool(b) => b.to_string(),
+                _ => return None,
+            };
+            Some(format!("{key}: {text}"))
+        })
+        .collect();
+    if shown.is_empty() {
+        "none".to_owned()
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// At most `max` characters of `text`, with `…` when cut.
+fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 /// The elicitation request for one call: server, tool, annotations, input.
 fn elicitation(request: &ApprovalRequest) -> Result<ElicitRequestParams, String> {
     let tool = &request.tool;
-    let annotations = if tool.annotations.is_null() {
-        "none".to_owned()
-    } else {
-        tool.annotations.to_string()
-    };
     let message = format!(
-        "Code mode wants to call tool \"{}\" of MCP server \"{}\".\nAnnotations: {annotations}\nInput: {}",
-        tool.name, tool.source_name, request.input_summary
+        "Code mode wants to call tool \"{}\" of MCP server \"{}\".\nAnnotations: {}\nInput: {}",
+        clip(&tool.name, 128),
+        clip(&tool.source_name, 64),
+        annotations(&tool.annotations),
+        request.input_summary
     );
     let choice = EnumSchema::builder(vec![
         ALLOW_ONCE.to_owned(),
@@ -184,4 +222,29 @@ fn elicitation(request: &ApprovalRequest) -> Result<ElicitRequestParams, String>
         message,
         requested_schema: schema,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn annotations_shown_to_the_user_are_the_hints_and_bounded() {
+        let long = "x".repeat(10_000);
+        let shown = annotations(&json!({
+            "title": long,
+            "destructiveHint": true,
+            "readOnlyHint": false,
+            "vendorBlob": long,
+        }));
+        assert!(shown.len() < 200, "{shown}");
+        assert!(shown.contains("destructiveHint: true"), "{shown}");
+        assert!(shown.contains("readOnlyHint: false"), "{shown}");
+        assert!(!shown.contains("vendorBlob"), "{shown}");
+        assert_eq!(annotations(&json!(null)), "none");
+        assert_eq!(annotations(&json!({"other": 1})), "none");
+        assert_eq!(clip("héllo", 2), "hé…");
+        assert_eq!(clip("hi", 2), "hi");
+    }
 }
