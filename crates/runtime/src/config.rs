@@ -187,23 +187,66 @@ impl CodeModeConfig {
     /// # Errors
     /// [`ConfigError`] for a field of the wrong type.
     pub fn from_document(root: &Value) -> Result<(CodeModeConfig, Vec<Diagnostic>), ConfigError> {
+        first_error(CodeModeConfig::check_document(root, None))
+    }
+
+    /// The effective config of agent `agent_id`: its
+    /// `agents.list[].tools.codeMode` block (the entry whose `id` matches)
+    /// shallow-merged over the global `tools.codeMode`, key by key, the
+    /// agent's keys winning. `true`/`false` count as `{ enabled: ... }`, so
+    /// an agent's `false` turns off a global `true`, and an agent's
+    /// `{ timeoutMs }` keeps the global switch.
+    ///
+    /// ```
+    /// use codemode_runtime::CodeModeConfig;
+    /// let root = serde_json::json!({
+    ///     "tools": { "codeMode": { "enabled": true, "timeoutMs": 5000 } },
+    ///     "agents": { "list": [ { "id": "quiet", "tools": { "codeMode": false } },
+    ///                           { "id": "slow", "tools": { "codeMode": { "timeoutMs": 30000 } } } ] },
+    /// });
+    /// assert!(!CodeModeConfig::for_agent(&root, "quiet").unwrap().0.enabled);
+    /// let (slow, _) = CodeModeConfig::for_agent(&root, "slow").unwrap();
+    /// assert!(slow.enabled && slow.timeout_ms == 30000);
+    /// assert_eq!(CodeModeConfig::for_agent(&root, "other").unwrap().0.timeout_ms, 5000);
+    /// ```
+    ///
+    /// # Errors
+    /// [`ConfigError`] (`invalid_config`) for a field of the wrong type in
+    /// either block, naming the block it is in.
+    pub fn for_agent(
+        root: &Value,
+        agent_id: &str,
+    ) -> Result<(CodeModeConfig, Vec<Diagnostic>), ConfigError> {
+        first_error(CodeModeConfig::check_document(root, Some(agent_id)))
+    }
+
+    /// Reads a document's `tools.codeMode` (with `agent_id`'s block merged
+    /// over it, see [`CodeModeConfig::for_agent`]) and reports every
+    /// problem, as [`CodeModeConfig::check_value`] does.
+    pub fn check_document(
+        root: &Value,
+        agent_id: Option<&str>,
+    ) -> (CodeModeConfig, Vec<Diagnostic>, Vec<ConfigError>) {
+        let mut errors = Vec::new();
         let Some(root) = root.as_object() else {
-            return Err(ConfigError {
+            errors.push(ConfigError {
                 path: "$".into(),
                 message: "the config must be an object".into(),
             });
+            return (CodeModeConfig::default(), Vec::new(), errors);
         };
-        match root.get("tools") {
-            None => Ok((CodeModeConfig::default(), Vec::new())),
-            Some(Value::Object(tools)) => match tools.get("codeMode") {
-                None => Ok((CodeModeConfig::default(), Vec::new())),
-                Some(value) => CodeModeConfig::from_value(value),
-            },
-            Some(_) => Err(ConfigError {
-                path: "tools".into(),
-                message: "expected an object".into(),
-            }),
+        let mut layers: Vec<(String, &Value)> = Vec::new();
+        if let Some(block) = code_mode_block(root.get("tools"), "tools", &mut errors) {
+            layers.push((PREFIX.to_owned(), block));
         }
+        if let Some(agent_id) = agent_id
+            && let Some((path, block)) = agent_block(root, agent_id, &mut errors)
+        {
+            layers.push((path, block));
+        }
+        let (config, diagnostics, more) = check_layers(&layers);
+        errors.extend(more);
+        (config, diagnostics, errors)
     }
 
     /// Reads the value of `tools.codeMode` itself (`true`, `false` or an object).
@@ -213,88 +256,14 @@ impl CodeModeConfig {
     /// closed set (`runtime`, `mode`, `languages`): the first one found
     /// ([`CodeModeConfig::check_value`] reports them all).
     pub fn from_value(value: &Value) -> Result<(CodeModeConfig, Vec<Diagnostic>), ConfigError> {
-        let (config, diagnostics, mut errors) = CodeModeConfig::check_value(value);
-        match errors.is_empty() {
-            true => Ok((config, diagnostics)),
-            false => Err(errors.swap_remove(0)),
-        }
+        first_error(CodeModeConfig::check_value(value))
     }
 
     /// Reads `tools.codeMode` and reports every problem: the effective
     /// config (fields in error keep their defaults), the diagnostics, and
     /// all errors in field order.
     pub fn check_value(value: &Value) -> (CodeModeConfig, Vec<Diagnostic>, Vec<ConfigError>) {
-        let mut config = CodeModeConfig::default();
-        let mut diagnostics = Vec::new();
-        let mut errors = Vec::new();
-        let object = match value {
-            Value::Bool(enabled) => {
-                config.enabled = *enabled;
-                return (config, diagnostics, errors);
-            }
-            Value::Object(object) => object,
-            _ => {
-                errors.push(ConfigError {
-                    path: PREFIX.into(),
-                    message: "expected true, false or an object".into(),
-                });
-                return (config, diagnostics, errors);
-            }
-        };
-        let field_path = |name: &str| format!("{PREFIX}.{name}");
-        for (key, field) in object {
-            let path = field_path(key);
-            let checked: Result<(), ConfigError> = match key.as_str() {
-                "enabled" => match field {
-                    // Only a literal `true` turns code mode on.
-                    Value::Bool(b) => {
-                        config.enabled = *b;
-                        Ok(())
-                    }
-                    _ => Err(type_error(&path, "a boolean")),
-                },
-                "runtime" => expect_only(&path, field, "quickjs-wasi"),
-                "mode" => expect_only(&path, field, "only"),
-                "languages" => parse_languages(&path, field).map(|l| config.languages = l),
-                name => {
-                    if let Some(bound) = BOUNDS.iter().find(|b| b.name == name) {
-                        parse_integer(&path, field).map(|raw| {
-                            let clamped = raw.clamp(bound.min as i128, bound.max as i128) as u64;
-                            if clamped as i128 != raw {
-                                diagnostics.push(Diagnostic {
-                                    path: path.clone(),
-                                    message: format!(
-                                        "{raw} is outside {} … {}; using {clamped}",
-                                        bound.min, bound.max
-                                    ),
-                                });
-                            }
-                            *config.field_mut(name) = clamped;
-                        })
-                    } else {
-                        diagnostics.push(Diagnostic {
-                            path,
-                            message: "unknown field; it has no effect".into(),
-                        });
-                        Ok(())
-                    }
-                }
-            };
-            if let Err(e) = checked {
-                errors.push(e);
-            }
-        }
-        if config.search_default_limit > config.max_search_limit {
-            diagnostics.push(Diagnostic {
-                path: field_path("searchDefaultLimit"),
-                message: format!(
-                    "{} is above maxSearchLimit; using {}",
-                    config.search_default_limit, config.max_search_limit
-                ),
-            });
-            config.search_default_limit = config.max_search_limit;
-        }
-        (config, diagnostics, errors)
+        check_layers(&[(PREFIX.to_owned(), value)])
     }
 
     fn field_mut(&mut self, name: &str) -> &mut u64 {
@@ -313,6 +282,157 @@ impl CodeModeConfig {
     /// Whether `language` may be used in cells.
     pub fn allows(&self, language: Language) -> bool {
         self.languages.contains(&language)
+    }
+}
+
+fn first_error(
+    (config, diagnostics, mut errors): (CodeModeConfig, Vec<Diagnostic>, Vec<ConfigError>),
+) -> Result<(CodeModeConfig, Vec<Diagnostic>), ConfigError> {
+    match errors.is_empty() {
+        true => Ok((config, diagnostics)),
+        false => Err(errors.swap_remove(0)),
+    }
+}
+
+/// `<tools>.codeMode`, when `tools` (at `path`) is an object holding it.
+fn code_mode_block<'a>(
+    tools: Option<&'a Value>,
+    path: &str,
+    errors: &mut Vec<ConfigError>,
+) -> Option<&'a Value> {
+    match tools? {
+        Value::Object(tools) => tools.get("codeMode"),
+        _ => {
+            errors.push(type_error(path, "an object"));
+            None
+        }
+    }
+}
+
+/// The `tools.codeMode` block of the `agents.list` entry with `id ==
+/// agent_id`, with its path (`agents.list[2].tools.codeMode`).
+fn agent_block<'a>(
+    root: &'a serde_json::Map<String, Value>,
+    agent_id: &str,
+    errors: &mut Vec<ConfigError>,
+) -> Option<(String, &'a Value)> {
+    let agents = match root.get("agents")? {
+        Value::Object(agents) => agents,
+        _ => {
+            errors.push(type_error("agents", "an object"));
+            return None;
+        }
+    };
+    let list = match agents.get("list")? {
+        Value::Array(list) => list,
+        _ => {
+            errors.push(type_error("agents.list", "an array of agents"));
+            return None;
+        }
+    };
+    let (index, agent) = list
+        .iter()
+        .enumerate()
+        .find(|(_, agent)| agent.get("id").and_then(Value::as_str) == Some(agent_id))?;
+    let tools_path = format!("agents.list[{index}].tools");
+    let block = code_mode_block(agent.get("tools"), &tools_path, errors)?;
+    Some((format!("{tools_path}.codeMode"), block))
+}
+
+/// Checks layered `tools.codeMode` blocks (later keys win, key by key);
+/// each problem names the block its key came from.
+fn check_layers(
+    layers: &[(String, &Value)],
+) -> (CodeModeConfig, Vec<Diagnostic>, Vec<ConfigError>) {
+    let mut config = CodeModeConfig::default();
+    let mut diagnostics = Vec::new();
+    let mut errors = Vec::new();
+    // key → (the block's path, the value), in first-seen order.
+    let mut merged: Vec<(&str, String, &Value)> = Vec::new();
+    for (prefix, value) in layers {
+        match value {
+            Value::Bool(_) => set_key(&mut merged, "enabled", prefix, value),
+            Value::Object(object) => {
+                for (key, field) in object {
+                    set_key(&mut merged, key, prefix, field);
+                }
+            }
+            _ => errors.push(ConfigError {
+                path: prefix.clone(),
+                message: "expected true, false or an object".into(),
+            }),
+        }
+    }
+    let mut search_default_path = format!("{PREFIX}.searchDefaultLimit");
+    for (key, prefix, field) in merged {
+        let path = format!("{prefix}.{key}");
+        if key == "searchDefaultLimit" {
+            search_default_path = path.clone();
+        }
+        let checked: Result<(), ConfigError> = match key {
+            "enabled" => match field {
+                // Only a literal `true` turns code mode on.
+                Value::Bool(b) => {
+                    config.enabled = *b;
+                    Ok(())
+                }
+                _ => Err(type_error(&path, "a boolean")),
+            },
+            "runtime" => expect_only(&path, field, "quickjs-wasi"),
+            "mode" => expect_only(&path, field, "only"),
+            "languages" => parse_languages(&path, field).map(|l| config.languages = l),
+            name => {
+                if let Some(bound) = BOUNDS.iter().find(|b| b.name == name) {
+                    parse_integer(&path, field).map(|raw| {
+                        let clamped = raw.clamp(bound.min as i128, bound.max as i128) as u64;
+                        if clamped as i128 != raw {
+                            diagnostics.push(Diagnostic {
+                                path: path.clone(),
+                                message: format!(
+                                    "{raw} is outside {} … {}; using {clamped}",
+                                    bound.min, bound.max
+                                ),
+                            });
+                        }
+                        *config.field_mut(name) = clamped;
+                    })
+                } else {
+                    diagnostics.push(Diagnostic {
+                        path,
+                        message: "unknown field; it has no effect".into(),
+                    });
+                    Ok(())
+                }
+            }
+        };
+        if let Err(e) = checked {
+            errors.push(e);
+        }
+    }
+    if config.search_default_limit > config.max_search_limit {
+        diagnostics.push(Diagnostic {
+            path: search_default_path,
+            message: format!(
+                "{} is above maxSearchLimit; using {}",
+                config.search_default_limit, config.max_search_limit
+            ),
+        });
+        config.search_default_limit = config.max_search_limit;
+    }
+    (config, diagnostics, errors)
+}
+
+/// Sets `key` in the merged view: a later block replaces the value (and
+/// the path problems are reported under).
+fn set_key<'a>(
+    merged: &mut Vec<(&'a str, String, &'a Value)>,
+    key: &'a str,
+    prefix: &str,
+    value: &'a Value,
+) {
+    match merged.iter_mut().find(|(k, _, _)| *k == key) {
+        Some(entry) => *entry = (key, prefix.to_owned(), value),
+        None => merged.push((key, prefix.to_owned(), value)),
     }
 }
 
@@ -386,6 +506,88 @@ mod tests {
 
     fn parse(text: &str) -> Result<(CodeModeConfig, Vec<Diagnostic>), ConfigError> {
         CodeModeConfig::from_json5(text)
+    }
+
+    /// A reference-style config: many keys that are not ours, a global
+    /// block and per-agent blocks.
+    const REFERENCE: &str = r#"{
+      gateway: { port: 18789, auth: { mode: "token" } },
+      models: { providers: { openai: { apiKey: "sk-..." } } },
+      channels: { telegram: { enabled: true } },
+      tools: { profile: "coding", codeMode: true, sandbox: { tools: { alsoAllow: ["bundle-mcp"] } } },
+      agents: {
+        defaults: { model: "openai/gpt-5" },
+        list: [
+          { id: "main", default: true },
+          { id: "ops", tools: { codeMode: { timeoutMs: 30000, maxPendingToolCalls: 4 } } },
+          { id: "chat", tools: { codeMode: false } },
+          { id: "bad", tools: { codeMode: { enabled: "yes", snapshotTtlSeconds: 999999, colour: 1 } } },
+        ],
+      },
+    }"#;
+
+    fn agent(id: &str) -> (CodeModeConfig, Vec<Diagnostic>, Vec<ConfigError>) {
+        let root: Value = json5::from_str(REFERENCE).unwrap();
+        CodeModeConfig::check_document(&root, Some(id))
+    }
+
+    #[test]
+    fn a_reference_config_loads_unchanged_and_agents_merge_over_the_global_block() {
+        let (main, diagnostics, errors) = agent("main");
+        assert!(main.enabled && errors.is_empty() && diagnostics.is_empty());
+        assert_eq!(main.timeout_ms, 10_000);
+        let (ops, _, errors) = agent("ops");
+        assert!(errors.is_empty());
+        assert!(ops.enabled, "the global shorthand's switch holds");
+        assert_eq!((ops.timeout_ms, ops.max_pending_tool_calls), (30_000, 4));
+        let (chat, _, _) = agent("chat");
+        assert!(!chat.enabled, "an agent's false turns it off");
+        let (unknown_agent, _, errors) = agent("nobody");
+        assert!(unknown_agent.enabled && errors.is_empty());
+        // The whole document without an agent: the global block only.
+        let root: Value = json5::from_str(REFERENCE).unwrap();
+        assert!(CodeModeConfig::from_document(&root).unwrap().0.enabled);
+    }
+
+    #[test]
+    fn problems_in_an_agent_block_name_that_block() {
+        let (config, diagnostics, errors) = agent("bad");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "agents.list[3].tools.codeMode.enabled");
+        assert!(!config.enabled, "a field in error keeps its default (off)");
+        let paths: Vec<&str> = diagnostics.iter().map(|d| d.path.as_str()).collect();
+        assert!(
+            paths.contains(&"agents.list[3].tools.codeMode.snapshotTtlSeconds"),
+            "{paths:?}"
+        );
+        assert!(
+            paths.contains(&"agents.list[3].tools.codeMode.colour"),
+            "{paths:?}"
+        );
+        let err =
+            CodeModeConfig::for_agent(&json5::from_str(REFERENCE).unwrap(), "bad").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("agents.list[3].tools.codeMode.enabled"),
+            "{err}"
+        );
+        for (doc, path) in [
+            (r#"{ agents: [] }"#, "agents"),
+            (r#"{ agents: { list: {} } }"#, "agents.list"),
+            (
+                r#"{ agents: { list: [{ id: "a", tools: 1 }] } }"#,
+                "agents.list[0].tools",
+            ),
+            (
+                r#"{ agents: { list: [{ id: "a", tools: { codeMode: 7 } }] } }"#,
+                "agents.list[0].tools.codeMode",
+            ),
+            (r#"{ tools: [] }"#, "tools"),
+        ] {
+            let root: Value = json5::from_str(doc).unwrap();
+            let (_, _, errors) = CodeModeConfig::check_document(&root, Some("a"));
+            assert_eq!(errors.first().map(|e| e.path.as_str()), Some(path), "{doc}");
+        }
     }
 
     #[test]
