@@ -204,9 +204,14 @@ enum ApprovalsAction {
 }
 
 fn main() -> ExitCode {
-    let filter = std::env::var("CODEMODE_LOG")
+    let mut filter = std::env::var("CODEMODE_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "warn".into());
+    // OPENCLAW_DEBUG_* / CODEMODE_DEBUG_* ask for their logs whatever the
+    // filter says.
+    if codemode_runtime::debug::DebugSwitches::current().any() {
+        filter.push_str(",codemode::debug=info");
+    }
     let cli = Cli::try_parse();
     let json_logs = cli.as_ref().is_ok_and(|c| c.log_format == LogFormat::Json);
     let traces = init_logs_and_traces(&filter, json_logs);
@@ -699,7 +704,27 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
         approve,
         file,
     } = args;
-    let (config, diagnostics) = load_config(config.as_ref())?;
+    // A config that is wrong is the run's result (`invalid_config`), as
+    // the contract says; a file that cannot be read is bad usage.
+    let (config, diagnostics) = match &config {
+        None => (GatewayConfig::default(), Vec::new()),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config {}", path.display()))?;
+            match parse_config(&text, &environment) {
+                Ok(parsed) => parsed,
+                Err(problems) => {
+                    let failed = CodeModeResult::failure(
+                        codemode_runtime::ErrorCode::InvalidConfig,
+                        format!("config {}: {problems}", path.display()),
+                        codemode_runtime::Telemetry::default(),
+                    );
+                    println!("{}", serde_json::to_string(&failed)?);
+                    return Ok(ExitCode::from(1));
+                }
+            }
+        }
+    };
     print_diagnostics(&diagnostics);
     let tools = load_tools(tools.as_deref())?;
     // `--deny` adds to the config's `tools.deny`.

@@ -184,6 +184,7 @@ fn parse_entry(i: usize, entry: &Value) -> Result<(ToolDefinition, Scripted), St
         parameters,
         needs_approval,
         annotations: Value::Null,
+        direct_only: false,
     };
     Ok((definition, Scripted { behaviour, delay }))
 }

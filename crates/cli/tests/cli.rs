@@ -125,9 +125,19 @@ fn bad_usage_exits_two() {
         "bad.json5",
         "{ tools: { codeMode: { timeoutMs: 'soon' } } }",
     );
+    // A wrong config is the run's failure: invalid_config naming the field.
     let out = codemode(&["exec", "--config", bad.to_str().unwrap()], "return 1");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("tools.codeMode.timeoutMs"));
+    assert_eq!(out.status.code(), Some(1));
+    let result = &results(&out)[0];
+    assert_eq!(result["status"], "failed");
+    assert_eq!(result["code"], "invalid_config");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("tools.codeMode.timeoutMs"),
+        "{result}"
+    );
 }
 
 #[test]

@@ -694,7 +694,19 @@ impl ServerHandler for GatewaySession {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.refresh_catalog().await;
-        Ok(ListToolsResult::with_all_items(self.model_tools()))
+        let result = ListToolsResult::with_all_items(self.model_tools());
+        // Fail closed: the answer must be exactly the runtime's exec and
+        // wait (this also feeds the OPENCLAW_DEBUG_MODEL_* logs).
+        let payload = serde_json::to_value(&result).unwrap_or(Value::Null);
+        if let Err(e) = self
+            .session
+            .surface()
+            .check_payload(codemode_runtime::PayloadShape::McpToolsList, &payload)
+        {
+            tracing::error!(error = %e, "tools/list refused");
+            return Err(ErrorData::internal_error(e.to_string(), None));
+        }
+        Ok(result)
     }
 
     async fn call_tool(

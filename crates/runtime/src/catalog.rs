@@ -98,6 +98,10 @@ pub struct ToolDefinition {
     /// `readOnlyHint`, `destructiveHint`), shown to whoever approves.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub annotations: Value,
+    /// Shown to the model directly even in code mode, and kept out of the
+    /// catalog (see [`crate::activate`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct_only: bool,
 }
 
 impl ToolDefinition {
@@ -112,7 +116,15 @@ impl ToolDefinition {
             parameters: Value::Null,
             needs_approval: false,
             annotations: Value::Null,
+            direct_only: false,
         }
+    }
+
+    /// Keeps the tool visible to the model in code mode (beside `exec` and
+    /// `wait`) and out of the catalog.
+    pub fn with_direct_only(mut self, direct_only: bool) -> ToolDefinition {
+        self.direct_only = direct_only;
+        self
     }
 
     /// Marks every call of the tool as needing approval.
@@ -959,6 +971,7 @@ mod tests {
                 parameters: Value::Null,
                 needs_approval: false,
                 annotations: Value::Null,
+                direct_only: false,
             }],
             &ToolPolicy::default(),
         )

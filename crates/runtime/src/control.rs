@@ -632,14 +632,41 @@ const SECRET_KEYS: [&str; 9] = [
 /// secret-looking keys masked, long strings cut, nesting below 4 levels
 /// elided, at most [`MAX_INPUT_SUMMARY_BYTES`] of compact JSON.
 pub fn input_summary(input: &Value) -> String {
+    redacted_json(
+        input,
+        Bounds {
+            depth: 4,
+            string: MAX_SUMMARY_STRING,
+            bytes: MAX_INPUT_SUMMARY_BYTES,
+        },
+        "the input",
+    )
+}
+
+/// How much of a value [`redacted_json`] keeps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// Objects and arrays this deep are elided.
+    pub(crate) depth: usize,
+    /// Longer strings are cut.
+    pub(crate) string: usize,
+    /// The whole text, note included.
+    pub(crate) bytes: usize,
+}
+
+/// `value` as compact JSON for people (approvers, debug logs): values under
+/// secret-looking keys masked, long strings cut, deep nesting elided, at
+/// most `bounds.bytes`, with a note naming `what` when anything was left
+/// out.
+pub(crate) fn redacted_json(value: &Value, bounds: Bounds, what: &str) -> String {
     /// `cut` is set when something is left out (not when masked).
-    fn redact(value: &Value, depth: usize, cut: &mut bool) -> Value {
+    fn redact(value: &Value, depth: usize, bounds: Bounds, cut: &mut bool) -> Value {
         match value {
-            Value::Object(map) if depth >= 4 => {
+            Value::Object(map) if depth >= bounds.depth => {
                 *cut = true;
                 Value::String(format!("{{…{} keys}}", map.len()))
             }
-            Value::Array(items) if depth >= 4 => {
+            Value::Array(items) if depth >= bounds.depth => {
                 *cut = true;
                 Value::String(format!("[…{} items]", items.len()))
             }
@@ -650,38 +677,36 @@ pub fn input_summary(input: &Value) -> String {
                         let v = if SECRET_KEYS.iter().any(|s| lower.contains(s)) {
                             Value::String("[redacted]".into())
                         } else {
-                            redact(v, depth + 1, cut)
+                            redact(v, depth + 1, bounds, cut)
                         };
                         (k.clone(), v)
                     })
                     .collect(),
             ),
-            Value::Array(items) => {
-                Value::Array(items.iter().map(|v| redact(v, depth + 1, cut)).collect())
-            }
-            Value::String(s) if s.len() > MAX_SUMMARY_STRING => {
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|v| redact(v, depth + 1, bounds, cut))
+                    .collect(),
+            ),
+            Value::String(s) if s.len() > bounds.string => {
                 *cut = true;
-                Value::String(codemode_sandbox::bounded_text(
-                    s.clone(),
-                    MAX_SUMMARY_STRING,
-                ))
+                Value::String(codemode_sandbox::bounded_text(s.clone(), bounds.string))
             }
             other => other.clone(),
         }
     }
     let mut cut = false;
-    let text = redact(input, 0, &mut cut).to_string();
-    if text.len() <= MAX_INPUT_SUMMARY_BYTES && !cut {
+    let text = redact(value, 0, bounds, &mut cut).to_string();
+    if text.len() <= bounds.bytes && !cut {
         return text;
     }
-    // Whoever decides must know they do not see everything.
+    // Whoever reads it must know they do not see everything.
     let note = format!(
-        " … [summary: the input is {} bytes; long strings, deep nesting or the rest are not shown]",
-        crate::calls::json_len(input)
+        " … [summary: {what} is {} bytes; long strings, deep nesting or the rest are not shown]",
+        crate::calls::json_len(value)
     );
-    let mut end = text
-        .len()
-        .min(MAX_INPUT_SUMMARY_BYTES.saturating_sub(note.len()));
+    let mut end = text.len().min(bounds.bytes.saturating_sub(note.len()));
     while !text.is_char_boundary(end) {
         end -= 1;
     }

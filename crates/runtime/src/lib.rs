@@ -58,11 +58,13 @@
 //! - Runs are bound to their scope (agent, session, agent run); abort,
 //!   expiry, run end and shutdown cancel in-flight calls and drop snapshots.
 
+mod activation;
 mod bridge;
 mod calls;
 mod catalog;
 mod config;
 mod control;
+pub mod debug;
 mod declarations;
 mod drain;
 mod drive;
@@ -72,6 +74,7 @@ mod guest_api;
 mod input;
 mod mcp;
 mod outcome;
+mod payload;
 mod prepare;
 mod request;
 mod result;
@@ -83,10 +86,12 @@ mod store;
 mod surface;
 mod trajectory;
 
+pub use activation::{ActivationError, ModelSurface, RunKind, activate, activate_document};
 pub use catalog::{
     CONTROL_TOOL_NAMES, Catalog, CatalogEntry, CatalogError, Excluded, ToolDefinition, ToolPolicy,
     ToolSource, glob_matches,
 };
+pub use payload::{PayloadError, PayloadShape};
 pub use session::{
     CallCanceller, CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext,
     ToolCallError, ToolExecutor, ToolFuture,

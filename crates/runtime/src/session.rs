@@ -466,6 +466,18 @@ impl CodeModeSession {
         surface::model_tools(self.runtime.config(), &self.catalog())
     }
 
+    /// The model-visible surface of this session (`exec` and `wait` over
+    /// its catalog), e.g. to check a payload with
+    /// [`crate::ModelSurface::check_payload`] before it leaves.
+    pub fn surface(&self) -> crate::ModelSurface {
+        let catalog = self.catalog();
+        crate::ModelSurface::CodeMode {
+            model_tools: surface::model_tools(self.runtime.config(), &catalog),
+            direct_tools: Vec::new(),
+            catalog,
+        }
+    }
+
     /// This run's hidden catalog (as new execs will see it).
     pub fn catalog(&self) -> Arc<Catalog> {
         Arc::clone(&self.catalog.read().unwrap_or_else(PoisonError::into_inner))
