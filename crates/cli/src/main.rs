@@ -235,7 +235,10 @@ fn init_logs_and_traces(
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a terminal: piped logs are read by programs.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let fmt: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> = if json {
         Box::new(fmt.json().with_current_span(false))
     } else {

@@ -44,13 +44,14 @@ fn typescript_mcp_client_meets_approvals_and_hooks() {
 }
 
 /// Production HTTP (`e2e/auth.test.mjs`): bearer tokens (missing, wrong,
-/// right), sessions bound to their principal, the per-principal limit,
+/// right), sessions bound to their principal, the per-principal limits
+/// (running calls, waiting runs over all sessions),
 /// `/metrics` parsed by a Prometheus text parser, and the refusal to serve
 /// a non-loopback address without auth.
 #[test]
 fn typescript_mcp_client_with_bearer_tokens_and_metrics() {
     let out = node_suite("auth.test.mjs");
-    assert!(out.contains("ℹ pass 6"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 7"), "every scenario ran: {out}");
 }
 
 /// OAuth (`e2e/oauth.test.mjs`): the gateway as a protected resource
@@ -74,12 +75,24 @@ fn typescript_mcp_client_traces_reach_an_otlp_receiver() {
 
 /// OAuth to upstreams (`e2e/upstream-oauth.test.mjs`): client credentials
 /// against an MCP server built with the official SDK behind its own
-/// authorization server; wrong credentials name the failure, never the
-/// secret.
+/// authorization server (wrong credentials name the failure, never the
+/// secret); `codemode login` with a scripted browser step (dynamic
+/// registration and a pre-registered client, PKCE S256, a refused
+/// authorization, logout), the gateway using and refreshing the stored
+/// token, and the same against the SDK's own `mcpAuthRouter`.
 #[test]
-fn upstream_behind_oauth_client_credentials() {
+fn upstream_behind_oauth_client_credentials_and_login() {
     let out = node_suite("upstream-oauth.test.mjs");
-    assert!(out.contains("ℹ pass 3"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 9"), "every scenario ran: {out}");
+}
+
+/// Debug switches (`e2e/debug.test.mjs`): `OPENCLAW_DEBUG_*` and
+/// `CODEMODE_DEBUG_*` make the gateway log its model-visible tools, the
+/// checked payload (redacted) and activation, bounded.
+#[test]
+fn debug_switches_log_the_model_surface() {
+    let out = node_suite("debug.test.mjs");
+    assert!(out.contains("ℹ pass 2"), "every scenario ran: {out}");
 }
 
 /// `codemode catalog --config FILE`: its JSON lines and its stderr.

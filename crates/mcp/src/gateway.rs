@@ -211,6 +211,17 @@ impl Gateway {
             session = session.with_hooks(Arc::clone(hook) as Arc<dyn ToolHooks>);
         }
         info!(session = %id, "MCP client session started");
+        if codemode_runtime::debug::DebugSwitches::current().code_mode {
+            let catalog = session.catalog();
+            tracing::info!(
+                target: "codemode::debug",
+                session = %id,
+                visible = ?["exec", "wait"],
+                catalog = catalog.len(),
+                mcp_servers = catalog.mcp().servers().len(),
+                "code mode active for a client session"
+            );
+        }
         self.shared.open_sessions.fetch_add(1, Ordering::SeqCst);
         GatewaySession {
             shared: Arc::clone(&self.shared),
