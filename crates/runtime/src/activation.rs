@@ -22,7 +22,7 @@ use crate::config::{CodeModeConfig, ConfigError};
 use crate::debug::DebugSwitches;
 use crate::result::{CodeModeResult, ErrorCode, Telemetry};
 use crate::runtime::CodeModeRuntime;
-use crate::surface::{ModelTool, model_tools};
+use crate::surface::{ModelTool, model_tools_with};
 
 /// What kind of model call a run makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,16 +127,24 @@ pub fn activate(
         }
         return Ok(ModelSurface::NoTools);
     }
-    if let Err(why) = runtime {
-        if debug.code_mode {
-            tracing::info!(target: "codemode::debug", why, "code mode enabled, runtime unavailable: the run fails closed");
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(why) => {
+            if debug.code_mode {
+                tracing::info!(target: "codemode::debug", why, "code mode enabled, runtime unavailable: the run fails closed");
+            }
+            return Err(ActivationError::RuntimeUnavailable(why.to_owned()));
         }
-        return Err(ActivationError::RuntimeUnavailable(why.to_owned()));
-    }
+    };
     let (direct_tools, hidden): (Vec<_>, Vec<_>) = tools.into_iter().partition(|t| t.direct_only);
     // The tools come after the run's policy: nothing more to filter.
     let catalog = Catalog::build(hidden, &ToolPolicy::default())?;
-    let model_tools = model_tools(config, &catalog);
+    let visible = runtime.inner.namespaces.visible(&catalog);
+    let model_tools = model_tools_with(
+        config,
+        &catalog,
+        &crate::namespaces::describe_for_model(&visible),
+    );
     if debug.code_mode {
         tracing::info!(
             target: "codemode::debug",

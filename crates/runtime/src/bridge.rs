@@ -87,7 +87,11 @@ pub(crate) fn handle_request(
             Method::Search => state.info.search_count += 1,
             Method::Describe => state.info.describe_count += 1,
             Method::McpApi | Method::ApiList | Method::ApiRead => state.info.api_count += 1,
-            Method::Yield | Method::Call | Method::McpCall | Method::McpRequest => {}
+            Method::Yield
+            | Method::Call
+            | Method::McpCall
+            | Method::McpRequest
+            | Method::NsCall => {}
         }
         BridgeRequest::parse_params(method, &params, &ctx.inner.config)
     });
@@ -126,6 +130,12 @@ pub(crate) fn handle_request(
             tool,
             schema,
         } => mcp_api(state, &server, tool, schema),
+        BridgeRequest::NsCall { ns, path, args } => {
+            match namespace_call(ctx, state, id, &ns, &path, &args) {
+                Some(reply) => reply,
+                None => return,
+            }
+        }
         BridgeRequest::ApiList { prefix } => api_list(state, prefix.as_deref()),
         BridgeRequest::ApiRead { path, range } => api_read(state, &path, range),
     };
@@ -290,6 +300,41 @@ fn call(
         Err(message) => return nested_failure(format!("tools.call: {message}")),
     };
     start_tool_call(ctx, state, request_id, &entry, input)
+}
+
+/// `<Namespace>.<path>(...args)`: the host resolves the namespace id and
+/// path the guest sent against this run's namespaces (a forged one is
+/// refused), maps the arguments to the input, and runs the catalog tool
+/// like `tools.call`; `None` when in flight.
+fn namespace_call(
+    ctx: &DriveCtx,
+    state: &mut RunState,
+    request_id: u32,
+    ns: &str,
+    path: &str,
+    args: &[Value],
+) -> Option<Settlement> {
+    let callable = state
+        .namespaces
+        .as_ref()
+        .and_then(|namespaces| namespaces.resolve(ns, path))
+        .cloned();
+    let Some(callable) = callable else {
+        return nested_failure(format!(
+            "no namespace function `{}` in namespace `{}` of this run",
+            codemode_sandbox::bounded_text(path.to_owned(), 128),
+            codemode_sandbox::bounded_text(ns.to_owned(), 128),
+        ));
+    };
+    let input = callable.input(args);
+    if !input.is_object() {
+        return nested_failure(format!(
+            "{}: its input must be an object, got {}",
+            callable.label,
+            crate::mcp::json_kind(&input)
+        ));
+    }
+    start_tool_call(ctx, state, request_id, &callable.entry, input)
 }
 
 /// The `MCP.<server>.<tool>` label of an MCP catalog entry, for error

@@ -23,6 +23,25 @@ use crate::run_state::{DriveCtx, RunInfo, RunState};
 use crate::session::{CodeModeSession, RunContext};
 use crate::store::{StoreError, SuspendedRun};
 
+/// The plugin namespaces visible to a run starting now, serialized.
+fn run_namespaces(
+    session: &CodeModeSession,
+    state: &RunState,
+) -> Result<Option<Arc<crate::namespaces::RunNamespaces>>, crate::namespaces::NamespaceError> {
+    let context = &session.context;
+    session.runtime.inner.namespaces.for_run(
+        &state.catalog,
+        &crate::namespaces::ScopeContext {
+            agent_id: context.agent_id.clone(),
+            session_key: context.session_key.clone(),
+            session_id: context.session_id.clone(),
+            run_id: context.agent_run_id.clone(),
+            config: session.runtime.inner.config.clone(),
+            aborted: session.scope.is_aborted(),
+        },
+    )
+}
+
 /// The model's `exec`.
 pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) -> CodeModeResult {
     let started = Instant::now();
@@ -74,6 +93,31 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
             };
             let mut state = RunState::new(session, call_id, input.language);
             state.source_map = prepared.source_map;
+            // The run's plugin namespaces: built and checked before any
+            // cell code runs; a refused scope fails the exec.
+            let context = match run_namespaces(session, &state) {
+                Ok(namespaces) => {
+                    let context = namespaces.as_ref().map(|n| {
+                        crate::guest_api::with_namespaces(
+                            state.catalog.guest_context(),
+                            &n.descriptors,
+                        )
+                    });
+                    state.namespaces = namespaces;
+                    context
+                }
+                Err(e) => {
+                    drop(permit);
+                    let failed = CodeModeResult::failure(
+                        ErrorCode::InternalError,
+                        e.to_string(),
+                        Telemetry::default(),
+                    );
+                    let result =
+                        with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
+                    return record_call(session, call_id, "exec", result);
+                }
+            };
             let ctx = DriveCtx::starting_now(session);
             let code = prepared.code;
             let work = move || {
@@ -82,11 +126,13 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 // Registered before the first burst, so abort and
                 // cancellation reach a cell that never yields.
                 let driven = live(&ctx, &mut state, |ctx, state| {
-                    match ctx.inner.sandbox.start_with_context(
-                        &code,
-                        state.catalog.guest_context(),
-                        &ctx.limits,
-                    ) {
+                    let catalog = Arc::clone(&state.catalog);
+                    let context = context.as_deref().unwrap_or(catalog.guest_context());
+                    match ctx
+                        .inner
+                        .sandbox
+                        .start_with_context(&code, context, &ctx.limits)
+                    {
                         Ok((vm, step)) => drive(ctx, vm, step, state, VecDeque::new()),
                         Err(e) => Driven::done(host_failure(&e)),
                     }

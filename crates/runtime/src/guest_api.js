@@ -1,6 +1,6 @@
 // The product's guest API: the globals a cell sees besides the engine's own
 // (`text`, `json`): `yield_control`, `API`, and per run `ALL_TOOLS`, `tools`,
-// `MCP` and `namespaces`. The runtime owns this file (crate::guest_api) and
+// `MCP`, `namespaces` and each visible plugin namespace's global. The runtime owns this file (crate::guest_api) and
 // hands it to the sandbox as `SandboxConfig::guest_api`; the sandbox's
 // engine prelude calls it once, before the base image is baked, with a
 // narrow bridge and calls the function it returns once per run with the run
@@ -120,6 +120,36 @@
     return freeze(server);
   }
 
+  // ---- plugin namespaces ---------------------------------------------------
+  // The host serializes each visible namespace's scope into a tree:
+  // {j: json} data, {o: [[key, node]...]} objects, {a: [node...]} arrays and
+  // {f: path} callables. A callable sends its namespace id, its path and
+  // the arguments; the host resolves them (anything forged is refused).
+  function nsFunction(nsId, path) {
+    const dot = path.lastIndexOf(".");
+    return named(dot < 0 ? path : path.slice(dot + 1), function () {
+      const args = [];
+      for (let i = 0; i < arguments.length; i++) args.push(arguments[i] === undefined ? null : arguments[i]);
+      return hostRequest("ns.call", { ns: nsId, path: path, args: args });
+    });
+  }
+
+  function nsNode(nsId, node) {
+    if (node === null || typeof node !== "object") return undefined;
+    if (typeof node.f === "string") return nsFunction(nsId, node.f);
+    if (isArray(node.a)) {
+      const out = [];
+      for (let i = 0; i < node.a.length; i++) out.push(nsNode(nsId, node.a[i]));
+      return freeze(out);
+    }
+    if (isArray(node.o)) {
+      const out = createObject(null);
+      for (let i = 0; i < node.o.length; i++) out[node.o[i][0]] = nsNode(nsId, node.o[i][1]);
+      return freeze(out);
+    }
+    return node.j;
+  }
+
   function installRunGlobals(ctx) {
     const valid = ctx !== null && typeof ctx === "object";
     const entries = valid && isArray(ctx.tools) ? ctx.tools : [];
@@ -143,7 +173,15 @@
     const servers = valid && isArray(ctx.mcp) ? ctx.mcp : [];
     for (let i = 0; i < servers.length; i++) mcp[servers[i][0]] = mcpServer(servers[i]);
     defineGlobal("MCP", freeze(mcp));
-    defineGlobal("namespaces", freeze(createObject(null)));
+    const spaces = createObject(null);
+    const visible = valid && isArray(ctx.namespaces) ? ctx.namespaces : [];
+    for (let i = 0; i < visible.length; i++) {
+      const globalName = visible[i][0];
+      const value = nsNode(visible[i][1], visible[i][2]);
+      spaces[globalName] = value;
+      defineGlobal(globalName, value);
+    }
+    defineGlobal("namespaces", freeze(spaces));
   }
 
   // The virtual declaration files (answered by the host from the run's

@@ -45,11 +45,13 @@ pub(crate) enum Method {
     ApiList,
     /// `API.read(path, options?)`.
     ApiRead,
+    /// `<Namespace>.<path>(...args)`: a plugin namespace's callable.
+    NsCall,
 }
 
 impl Method {
     /// Every method, in the order of the guest API.
-    pub(crate) const ALL: [Method; 9] = [
+    pub(crate) const ALL: [Method; 10] = [
         Method::Yield,
         Method::Search,
         Method::Describe,
@@ -59,6 +61,7 @@ impl Method {
         Method::McpApi,
         Method::ApiList,
         Method::ApiRead,
+        Method::NsCall,
     ];
 
     /// Its name on the wire (the string `guest_api.js` sends).
@@ -73,6 +76,7 @@ impl Method {
             Method::McpApi => "mcp.api",
             Method::ApiList => "api.list",
             Method::ApiRead => "api.read",
+            Method::NsCall => "ns.call",
         }
     }
 
@@ -157,6 +161,18 @@ pub(crate) fn run_context(
         "mcp": mcp,
     })
     .to_string()
+}
+
+/// `context` (a run context's JSON object) with the run's plugin
+/// namespaces (`[[globalName, id, tree], ...]`) added.
+pub(crate) fn with_namespaces(context: &str, namespaces: &Value) -> String {
+    match serde_json::from_str::<Value>(context) {
+        Ok(Value::Object(mut map)) => {
+            map.insert("namespaces".into(), namespaces.clone());
+            Value::Object(map).to_string()
+        }
+        _ => context.to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -73,6 +73,7 @@ pub mod fuzzing;
 mod guest_api;
 mod input;
 mod mcp;
+pub mod namespaces;
 mod outcome;
 mod payload;
 mod prepare;
@@ -90,6 +91,10 @@ pub use activation::{ActivationError, ModelSurface, RunKind, activate, activate_
 pub use catalog::{
     CONTROL_TOOL_NAMES, Catalog, CatalogEntry, CatalogError, Excluded, ToolDefinition, ToolPolicy,
     ToolSource, glob_matches,
+};
+pub use namespaces::{
+    NamespaceError, NamespaceRegistration, NamespaceRegistry, ScopeContext, ScopeValue,
+    namespace_tool, namespace_tool_with,
 };
 pub use payload::{PayloadError, PayloadShape};
 pub use session::{

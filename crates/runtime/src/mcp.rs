@@ -373,7 +373,7 @@ pub(crate) fn prepare_input(
     Ok(Value::Object(object))
 }
 
-fn json_kind(value: &Value) -> &'static str {
+pub(crate) fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

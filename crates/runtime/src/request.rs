@@ -28,7 +28,7 @@ pub(crate) const MAX_API_READ_BYTES: usize = 256 * 1024;
 
 /// Params that name something (rather than carry tool input).
 const NAME_FIELDS: &[&str] = &[
-    "id", "name", "query", "path", "uri", "prefix", "server", "tool",
+    "id", "name", "query", "path", "uri", "prefix", "server", "tool", "ns",
 ];
 
 /// Why a request is refused before anything runs: its rejection message,
@@ -98,6 +98,13 @@ pub(crate) enum BridgeRequest {
         tool: Result<Option<String>, McpApiError>,
         /// `options.schema`.
         schema: Result<bool, McpApiError>,
+    },
+    /// `<Namespace>.<path>(...args)`: resolved by the host against the
+    /// run's namespaces (the guest may send any `ns` and `path`).
+    NsCall {
+        ns: String,
+        path: String,
+        args: Vec<Value>,
     },
     /// `API.list(prefix?)`.
     ApiList { prefix: Option<String> },
@@ -300,6 +307,27 @@ impl BridgeRequest {
                 },
                 schema: mcp_api_schema(params.get("options")),
             },
+            Method::NsCall => {
+                let text = |key: &str| match params.get(key) {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    _ => None,
+                };
+                let (Some(ns), Some(path)) = (text("ns"), text("path")) else {
+                    return Err(Refusal::nested(
+                        "namespace call: the namespace id and path must be strings",
+                    ));
+                };
+                let args = match params.get("args") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Array(args)) => args.clone(),
+                    Some(_) => {
+                        return Err(Refusal::nested(
+                            "namespace call: the arguments must be an array",
+                        ));
+                    }
+                };
+                BridgeRequest::NsCall { ns, path, args }
+            }
             Method::ApiList => BridgeRequest::ApiList {
                 prefix: optional_string(params, "prefix", "API.list(prefix?)")?.map(str::to_owned),
             },

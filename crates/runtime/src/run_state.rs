@@ -59,6 +59,8 @@ pub(crate) struct RunState {
     /// The session's owner, if bound (bounds suspended runs across
     /// sessions).
     pub(crate) owner: Option<crate::store::Owner>,
+    /// The run's plugin namespaces (what their guest calls resolve to).
+    pub(crate) namespaces: Option<Arc<crate::namespaces::RunNamespaces>>,
 }
 
 impl RunState {
@@ -83,6 +85,7 @@ impl RunState {
             approver: session.approver.clone(),
             run_tag: RunTag::default(),
             owner: session.owner.get().cloned(),
+            namespaces: None,
         }
     }
 }

@@ -100,6 +100,8 @@ pub(crate) struct Inner {
     empty_catalog: Arc<Catalog>,
     /// Calls awaiting approval, in every scope.
     pub(crate) approvals: Arc<crate::control::ApprovalRegistry>,
+    /// Plugin namespaces.
+    pub(crate) namespaces: crate::namespaces::NamespaceRegistry,
 }
 
 impl Inner {
@@ -166,9 +168,16 @@ impl CodeModeRuntime {
             )),
             empty_catalog: Arc::new(Catalog::empty()),
             approvals: Arc::default(),
+            namespaces: crate::namespaces::NamespaceRegistry::default(),
         });
         start_reaper(Arc::downgrade(&inner));
         Ok(CodeModeRuntime { inner })
+    }
+
+    /// The plugin namespaces of this runtime: register them from trusted
+    /// plugin code; runs see those whose tools they have.
+    pub fn namespaces(&self) -> &crate::namespaces::NamespaceRegistry {
+        &self.inner.namespaces
     }
 
     /// The effective `tools.codeMode` settings.

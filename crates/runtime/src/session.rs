@@ -463,7 +463,16 @@ impl CodeModeSession {
     /// The model-visible tools: exactly `exec` and `wait`, with
     /// descriptions and JSON schemas, ready for a provider payload.
     pub fn model_tools(&self) -> Vec<ModelTool> {
-        surface::model_tools(self.runtime.config(), &self.catalog())
+        let catalog = self.catalog();
+        self.model_tools_for(&catalog)
+    }
+
+    /// The model tools over `catalog`, with the plugin namespaces it makes
+    /// visible in the exec description.
+    fn model_tools_for(&self, catalog: &Catalog) -> Vec<ModelTool> {
+        let visible = self.runtime.inner.namespaces.visible(catalog);
+        let namespaces = crate::namespaces::describe_for_model(&visible);
+        surface::model_tools_with(self.runtime.config(), catalog, &namespaces)
     }
 
     /// The model-visible surface of this session (`exec` and `wait` over
@@ -472,7 +481,7 @@ impl CodeModeSession {
     pub fn surface(&self) -> crate::ModelSurface {
         let catalog = self.catalog();
         crate::ModelSurface::CodeMode {
-            model_tools: surface::model_tools(self.runtime.config(), &catalog),
+            model_tools: self.model_tools_for(&catalog),
             direct_tools: Vec::new(),
             catalog,
         }

@@ -19,13 +19,24 @@ pub struct ModelTool {
     pub input_schema: Value,
 }
 
-/// The two model-visible tools for a run with `catalog`.
+/// The two model-visible tools for a run with `catalog` (and no plugin
+/// namespace: see [`crate::CodeModeSession::model_tools`] for a session's).
 pub fn model_tools(config: &CodeModeConfig, catalog: &Catalog) -> Vec<ModelTool> {
+    model_tools_with(config, catalog, "")
+}
+
+/// [`model_tools`] whose exec description also tells of the run's visible
+/// plugin namespaces (`namespaces`: their descriptions and prompts).
+pub(crate) fn model_tools_with(
+    config: &CodeModeConfig,
+    catalog: &Catalog,
+    namespaces: &str,
+) -> Vec<ModelTool> {
     let languages: Vec<&str> = config.languages.iter().map(|l| l.as_str()).collect();
     vec![
         ModelTool {
             name: "exec",
-            description: exec_description(config, catalog),
+            description: exec_description(config, catalog, namespaces),
             input_schema: json!({
                 "type": "object",
                 "properties": {
@@ -55,7 +66,7 @@ pub fn model_tools(config: &CodeModeConfig, catalog: &Catalog) -> Vec<ModelTool>
 /// model-visible tool list stays small whatever the upstream catalog.
 const MAX_SERVER_LIST_BYTES: usize = 1200;
 
-fn exec_description(config: &CodeModeConfig, catalog: &Catalog) -> String {
+fn exec_description(config: &CodeModeConfig, catalog: &Catalog, namespaces: &str) -> String {
     let mut sources: Vec<String> = catalog
         .count_by_source()
         .into_iter()
@@ -117,6 +128,10 @@ fn exec_description(config: &CodeModeConfig, catalog: &Catalog) -> String {
         }
         text.push_str(&listed);
         text.push_str(". ");
+    }
+    if !namespaces.is_empty() {
+        text.push_str("Plugin namespaces (globals; their calls are tool calls): ");
+        text.push_str(namespaces);
     }
     text.push_str(&format!(
         "Use loops, Promise.all and filtering in code, and return a small result. \
