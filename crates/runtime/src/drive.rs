@@ -24,7 +24,7 @@ use crate::session::{CodeModeSession, RunContext};
 use crate::store::{StoreError, SuspendedRun};
 
 /// The plugin namespaces visible to a run starting now, serialized.
-fn run_namespaces(
+pub(crate) fn run_namespaces(
     session: &CodeModeSession,
     state: &RunState,
 ) -> Result<Option<Arc<crate::namespaces::RunNamespaces>>, crate::namespaces::NamespaceError> {

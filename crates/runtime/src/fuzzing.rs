@@ -38,8 +38,9 @@ pub fn prepare(code: &str, typescript: bool) -> Result<String, String> {
 }
 
 /// The catalog forged requests are tried against (the bridge's unit tests
-/// use it too): a core tool, an MCP tool with a schema, and an MCP tool the
-/// policy denies, plus a server with resources.
+/// use it too): a core tool, a plugin tool (behind the fuzzer's `Files`
+/// namespace), an MCP tool with a schema, and an MCP tool the policy
+/// denies, plus a server with resources.
 #[allow(clippy::expect_used, reason = "a fixed, valid catalog")]
 pub(crate) fn forged_request_catalog() -> Catalog {
     let schema = json!({
@@ -50,6 +51,7 @@ pub(crate) fn forged_request_catalog() -> Catalog {
     Catalog::build_with_mcp_servers(
         vec![
             ToolDefinition::new(ToolSource::Openclaw, "core", "read"),
+            ToolDefinition::new(ToolSource::Plugin, "files", "list_files"),
             ToolDefinition::new(ToolSource::Mcp, "calc", "add").with_parameters(schema),
             ToolDefinition::new(ToolSource::Mcp, "calc", "secret"),
         ],
@@ -110,6 +112,26 @@ impl BridgeFuzzer {
         })
         .expect("sandbox starts");
         let catalog = forged_request_catalog();
+        // A namespace, so `ns.call` requests can reach a real callable.
+        runtime
+            .namespaces()
+            .register(
+                "files",
+                crate::NamespaceRegistration {
+                    id: "files-ns".into(),
+                    global_name: "Files".into(),
+                    description: String::new(),
+                    required_tool_names: vec!["list_files".into()],
+                    prompt: None,
+                    create_scope: Arc::new(|_| {
+                        crate::ScopeValue::Object(vec![(
+                            "list".into(),
+                            crate::namespace_tool("list_files"),
+                        )])
+                    }),
+                },
+            )
+            .expect("a valid namespace");
         let recorder = Arc::new(Recorder::default());
         let session = runtime.session(
             Default::default(),
@@ -138,6 +160,7 @@ impl BridgeFuzzer {
             inner: Arc::clone(&self.session.runtime.inner),
         };
         let mut state = RunState::new(&self.session, "exec_fuzz", Language::JavaScript);
+        state.namespaces = crate::drive::run_namespaces(&self.session, &state).unwrap_or(None);
         let mut ready = VecDeque::new();
         let payload = codemode_sandbox::parse_guest_json(bytes);
         let method = payload
