@@ -254,13 +254,22 @@ for (const transport of ["stdio", "http"]) {
             const header: McpApiHeader = await MCP.everything.$api("echo");
             await MCP.everything.resources.read({ uri: "demo://x" });
             await MCP.everything.prompts.get({ name: "simple-prompt" });
-            return String(sum.isError) + files.length + header.path;
+            // A tool with an outputSchema: its result is typed.
+            const weather = await MCP.everything.getStructuredContent({ location: "Chicago" });
+            const temperature: number = unwrap(weather).temperature;
+            const conditions: string | undefined = weather.structuredContent?.conditions;
+            return String(sum.isError) + files.length + header.path + temperature + conditions;
           }
           main();
         `);
         writeFileSync(join(dir, "misuse.ts"), `
           async function misuse() { await MCP.everything.getSum({ a: 1 }); }
+          async function wrongType() {
+            const humidity: string = unwrap(await MCP.everything.getStructuredContent({ location: "Chicago" })).humidity;
+            return humidity;
+          }
           misuse();
+          wrongType();
         `);
         const tsc = join(here, "node_modules/typescript/bin/tsc");
         const files = Object.keys(r.value.out).map((p) => join(dir, p));
@@ -277,6 +286,9 @@ for (const transport of ["stdio", "http"]) {
           misuse = String(e.stdout);
         }
         assert.match(misuse, /Property 'b' is missing/, "a missing required key is a type error");
+        assert.match(misuse, /Type 'number' is not assignable to type 'string'/, "the outputSchema types the result");
+        const weather = await exec(client, `return unwrap(await MCP.everything.getStructuredContent({ location: "Chicago" }));`);
+        assert.deepEqual(weather.value, { temperature: 36, conditions: "Light rain / drizzle", humidity: 82 });
       });
 
       test("TypeScript cells call MCP tools", async () => {

@@ -185,6 +185,7 @@ fn parse_entry(i: usize, entry: &Value) -> Result<(ToolDefinition, Scripted), St
         needs_approval,
         annotations: Value::Null,
         direct_only: false,
+        output_schema: Value::Null,
     };
     Ok((definition, Scripted { behaviour, delay }))
 }

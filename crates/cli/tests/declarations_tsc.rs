@@ -276,3 +276,113 @@ fn rendered_declarations_compile_with_the_typescript_compiler() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Runs the pinned TypeScript compiler (strict, no emit) over `files`.
+fn tsc(files: &[std::path::PathBuf]) -> std::process::Output {
+    let tsc = common::e2e_dir().join("node_modules/typescript/bin/tsc");
+    common::ensure_npm_installed();
+    let mut args: Vec<String> = [
+        tsc.to_str().unwrap(),
+        "--noEmit",
+        "--strict",
+        "--target",
+        "es2022",
+        "--lib",
+        "es2022",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend(files.iter().map(|p| p.to_string_lossy().into_owned()));
+    std::process::Command::new("node")
+        .args(&args)
+        .output()
+        .unwrap()
+}
+
+/// Tools with an `outputSchema` resolve to `McpToolResult<T>`: a program
+/// using the typed fields (directly and through `unwrap`) compiles, and one
+/// that gets a field's type wrong does not.
+#[test]
+fn typed_results_from_output_schemas_check_with_the_typescript_compiler() {
+    let forecast = tool(
+        "weather",
+        "forecast",
+        "Forecast for a city",
+        json!({ "type": "object", "properties": { "city": { "type": "string" } }, "required": ["city"] }),
+    )
+    .with_output_schema(json!({
+        "type": "object",
+        "properties": {
+            "temperature": { "type": "number", "description": "°C" },
+            "conditions": { "type": "string" },
+            "hourly": { "type": "array", "items": { "type": "number" } }
+        },
+        "required": ["temperature", "conditions"]
+    }));
+    let untyped = tool(
+        "weather",
+        "untyped",
+        "No output schema",
+        json!({ "type": "object" }),
+    );
+    let catalog =
+        Catalog::build_with_mcp_servers(vec![forecast, untyped], &ToolPolicy::default(), &[])
+            .unwrap();
+    let dir = std::env::temp_dir().join(format!("codemode-typed-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("mcp")).unwrap();
+    let mut declarations = Vec::new();
+    for file in catalog.api_files().iter() {
+        let path = dir.join(&file.path);
+        std::fs::write(&path, &file.text).unwrap();
+        declarations.push(path);
+    }
+    let weather = catalog.api_files().read("mcp/weather.d.ts").unwrap();
+    assert!(
+        weather.contains("}): Promise<McpToolResult<{")
+            && weather.contains("temperature: number;")
+            && weather.contains("}): Promise<McpToolResult>;"),
+        "{weather}"
+    );
+    let good = dir.join("good.ts");
+    std::fs::write(
+        &good,
+        "async function main() {\n\
+           const r = await MCP.weather.forecast({ city: \"Oslo\" });\n\
+           const t: number | undefined = r.structuredContent?.temperature;\n\
+           const u = unwrap(r);\n\
+           const c: string = u.conditions;\n\
+           const h: number[] | undefined = u.hourly;\n\
+           const plain: unknown = unwrap(await MCP.weather.untyped({}));\n\
+           return [t, c, h, plain];\n\
+         }\n\
+         main();\n",
+    )
+    .unwrap();
+    let mut files = declarations.clone();
+    files.push(good);
+    let out = tsc(&files);
+    assert!(
+        out.status.success(),
+        "tsc rejected a program using the typed fields:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let bad = dir.join("bad.ts");
+    std::fs::write(
+        &bad,
+        "async function main() {\n\
+           const wrong: string = unwrap(await MCP.weather.forecast({ city: \"x\" })).temperature;\n\
+           return wrong;\n\
+         }\n\
+         main();\n",
+    )
+    .unwrap();
+    let mut files = declarations;
+    files.push(bad);
+    let out = tsc(&files);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success()
+            && report.contains("Type 'number' is not assignable to type 'string'"),
+        "tsc must reject the wrong type:\n{report}"
+    );
+}

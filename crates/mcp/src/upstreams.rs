@@ -139,6 +139,9 @@ impl Upstreams {
                 if let Some(title) = &tool.title {
                     definition = definition.with_label(title);
                 }
+                if let Some(output) = &tool.output_schema {
+                    definition = definition.with_output_schema(Value::Object((**output).clone()));
+                }
                 let annotations = tool.annotations.as_ref();
                 definition = definition.with_approval(server.needs_approval(
                     self.approvals,

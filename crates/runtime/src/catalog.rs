@@ -102,6 +102,10 @@ pub struct ToolDefinition {
     /// catalog (see [`crate::activate`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub direct_only: bool,
+    /// The JSON Schema of the tool's structured result (MCP
+    /// `outputSchema`): declaration files type `structuredContent` with it.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub output_schema: Value,
 }
 
 impl ToolDefinition {
@@ -117,7 +121,14 @@ impl ToolDefinition {
             needs_approval: false,
             annotations: Value::Null,
             direct_only: false,
+            output_schema: Value::Null,
         }
+    }
+
+    /// Sets the schema of the tool's structured result.
+    pub fn with_output_schema(mut self, output_schema: Value) -> ToolDefinition {
+        self.output_schema = output_schema;
+        self
     }
 
     /// Keeps the tool visible to the model in code mode (beside `exec` and
@@ -303,6 +314,9 @@ pub struct CatalogEntry {
     /// The tool's annotations, for whoever approves (never shown to guests).
     #[serde(skip)]
     pub annotations: Value,
+    /// The schema of its structured result (`Value::Null` when none).
+    #[serde(skip)]
+    pub output_schema: Value,
 }
 
 impl CatalogEntry {
@@ -454,6 +468,7 @@ impl Catalog {
                 parameters: tool.parameters,
                 needs_approval: tool.needs_approval,
                 annotations: tool.annotations,
+                output_schema: tool.output_schema,
             });
         }
         kept.sort_by(|a, b| (a.source, &a.id).cmp(&(b.source, &b.id)));
@@ -972,6 +987,7 @@ mod tests {
                 needs_approval: false,
                 annotations: Value::Null,
                 direct_only: false,
+                output_schema: Value::Null,
             }],
             &ToolPolicy::default(),
         )

@@ -257,6 +257,9 @@ pub(crate) fn api_header(
             });
             if schema && let Some(map) = v.as_object_mut() {
                 map.insert("inputSchema".into(), input_schema(&t.entry.parameters));
+                if t.entry.output_schema.is_object() {
+                    map.insert("outputSchema".into(), t.entry.output_schema.clone());
+                }
             }
             v
         })
@@ -282,8 +285,12 @@ fn render_index(namespace: &McpNamespace) -> String {
     let mut out = String::from(
         "// Virtual declarations for code mode: nothing here exists on disk.\n\
          // Read a server's file with API.read(\"mcp/<server>.d.ts\").\n\n\
-         /** What every MCP tool call resolves to: the server's raw `tools/call` result. */\n\
-         type McpToolResult = {\n  content?: unknown[];\n  structuredContent?: unknown;\n  isError?: boolean;\n  [key: string]: unknown;\n};\n\n\
+         /** What every MCP tool call resolves to: the server's raw `tools/call` result. `S` is the\n\
+          * type of `structuredContent` for tools that publish an `outputSchema` (absent when `isError`). */\n\
+         type McpToolResult<S = unknown> = {\n  content?: unknown[];\n  structuredContent?: S;\n  isError?: boolean;\n  [key: string]: unknown;\n};\n\n\
+         /** `structuredContent` when present, else the JSON parsed from a single text item, else that text;\n\
+          * throws (catchable) when the result has `isError`. */\n\
+         declare function unwrap<S = unknown>(result: McpToolResult<S>): S;\n\n\
          /** What `MCP.<server>.$api(toolName?, { schema })` returns. */\n\
          type McpApiHeader = {\n  server: string;\n  serverName: string;\n  path: string;\n  declarations: string;\n  tools: { name: string; tool: string; id: string; description: string; inputSchema?: unknown }[];\n};\n\n\
          /** A raw MCP result of resources/list, resources/read, prompts/list or prompts/get. */\n\
@@ -318,7 +325,7 @@ fn render_server(server: &McpServerView, only: Option<&McpToolView>, inline: boo
         out.push_str("// Virtual declarations for code mode (types: mcp/index.d.ts).\n\n");
     }
     let mut doc = format!(
-        "MCP server \"{}\": call as MCP.{}.<tool>({{ ... }}); every tool resolves to McpToolResult.",
+        "MCP server \"{}\": call as MCP.{}.<tool>({{ ... }}); every tool resolves to McpToolResult (its structuredContent typed where the tool has an outputSchema; unwrap(result) returns it).",
         server.info.name, server.js_name
     );
     if let Some(description) = server
@@ -400,11 +407,26 @@ fn render_tool(out: &mut String, tool: &McpToolView) {
     let optional = !has_required(root);
     let _ = writeln!(
         out,
-        "  function {}(input{}: {}): Promise<McpToolResult>;",
+        "  function {}(input{}: {}): Promise<{}>;",
         tool.js_name,
         if optional { "?" } else { "" },
-        ty
+        ty,
+        result_type(tool)
     );
+}
+
+/// `McpToolResult`, typed by the tool's `outputSchema` when it has one
+/// (an object schema, as MCP requires).
+fn result_type(tool: &McpToolView) -> String {
+    let output = &tool.entry.output_schema;
+    if !output.is_object() {
+        return "McpToolResult".to_owned();
+    }
+    match with_node_budget(|| ts_type(output, output, 1, "  ")) {
+        Some(ty) => format!("McpToolResult<{ty}>"),
+        // Too large to render: the result stays untyped.
+        None => "McpToolResult".to_owned(),
+    }
 }
 
 fn has_required(schema: &Value) -> bool {

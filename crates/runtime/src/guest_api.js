@@ -21,7 +21,9 @@
   const defineProperty = Object.defineProperty;
   const createObject = Object.create;
   const TypeErrorCtor = TypeError;
+  const ErrorCtor = Error;
   const StringCtor = String;
+  const parseJson = JSON.parse;
 
   function yield_control(reason) {
     const r = reason === undefined ? null : StringCtor(reason);
@@ -29,6 +31,43 @@
   }
 
   defineGlobal("yield_control", yield_control);
+
+  // unwrap(result): what a tool result means, without the MCP envelope:
+  // `structuredContent` when present, else the JSON of a single text item
+  // (or its text when it is not JSON), else the joined text of text-only
+  // content, else the content array. A result with `isError` throws.
+  function textOf(item) {
+    return item !== null && typeof item === "object" && item.type === "text" && typeof item.text === "string"
+      ? item.text
+      : undefined;
+  }
+  function unwrap(result) {
+    if (result === null || typeof result !== "object" || isArray(result)) {
+      throw new TypeErrorCtor("unwrap(result) takes an MCP tool result ({ content, structuredContent?, isError? }), got " + describeArgument(result));
+    }
+    const content = isArray(result.content) ? result.content : [];
+    const texts = [];
+    for (let i = 0; i < content.length; i++) {
+      const text = textOf(content[i]);
+      if (text !== undefined) texts.push(text);
+    }
+    if (result.isError === true) {
+      const error = new ErrorCtor("the tool reported an error: " + (texts.length ? texts.join("\n") : "(no message)"));
+      error.code = "nested_tool_failed";
+      throw error;
+    }
+    if (result.structuredContent !== undefined && result.structuredContent !== null) return result.structuredContent;
+    if (content.length === 1 && texts.length === 1) {
+      try {
+        return parseJson(texts[0]);
+      } catch (_) {
+        return texts[0];
+      }
+    }
+    if (texts.length > 0 && texts.length === content.length) return texts.join("\n");
+    return content;
+  }
+  defineGlobal("unwrap", unwrap);
 
   // ---- the run's catalog (ALL_TOOLS, tools) -------------------------------
   // The host passes the run context with the cell (cm_run). Nothing here is

@@ -274,3 +274,40 @@ async fn resources_and_prompts_need_the_server_to_offer_them() {
         "{r}"
     );
 }
+
+/// `unwrap(result)`: structuredContent, else the JSON (or text) of a single
+/// text item, else joined text, else the content; `isError` throws a
+/// catchable error; not a result is a TypeError.
+#[tokio::test]
+async fn unwrap_takes_the_meaning_out_of_a_tool_result() {
+    let r = common::run(
+        r#"
+        const caught = (f) => { try { f(); return "no throw"; } catch (e) { return [e.constructor.name, e.message, e.code ?? null]; } };
+        return [
+          unwrap({ structuredContent: { a: 1 }, content: [{ type: "text", text: "{\"a\":1}" }] }),
+          unwrap({ content: [{ type: "text", text: "{\"b\":2}" }] }),
+          unwrap({ content: [{ type: "text", text: "plain" }] }),
+          unwrap({ content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }),
+          unwrap({ content: [{ type: "image", data: "x", mimeType: "image/png" }] }),
+          caught(() => unwrap({ isError: true, content: [{ type: "text", text: "boom" }] })),
+          caught(() => unwrap(5)),
+          caught(() => unwrap([])),
+        ];"#,
+        "javascript",
+    )
+    .await;
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(
+        r["value"],
+        json!([
+            { "a": 1 },
+            { "b": 2 },
+            "plain",
+            "a\nb",
+            [{ "type": "image", "data": "x", "mimeType": "image/png" }],
+            ["Error", "the tool reported an error: boom", "nested_tool_failed"],
+            ["TypeError", "unwrap(result) takes an MCP tool result ({ content, structuredContent?, isError? }), got a number", null],
+            ["TypeError", "unwrap(result) takes an MCP tool result ({ content, structuredContent?, isError? }), got an array", null]
+        ])
+    );
+}
