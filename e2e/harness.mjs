@@ -166,19 +166,30 @@ export async function connectHttp(url, { onElicit, headers } = {}) {
   return { client, transport, close: () => client.close() };
 }
 
-/** The code-mode result of an exec or wait call, checked for shape. */
+/** The code-mode result of an exec or wait call, checked for shape: the
+ * model's view (`structuredContent`, or the JSON text with
+ * `results.form: "text"`), with the full telemetry from
+ * `_meta["codemode/telemetry"]` in place of the model's short summary
+ * (which stays in `modelTelemetry`). */
 export function resultOf(response) {
   const text = response.content?.[0]?.text;
-  const parsed = JSON.parse(text);
-  if (response.structuredContent) {
-    if (!isDeepStrictEqual(response.structuredContent, parsed)) {
-      throw new Error("structuredContent and the text content differ");
+  let parsed;
+  if (response.structuredContent !== undefined) {
+    parsed = response.structuredContent;
+    // structured: a one-paragraph summary starting with the status;
+    // both: the same JSON again.
+    if (!text.startsWith(parsed.status) && !isDeepStrictEqual(JSON.parse(text), parsed)) {
+      throw new Error(`the text item neither summarizes nor repeats the result: ${text.slice(0, 200)}`);
     }
+  } else {
+    parsed = JSON.parse(text);
   }
   if ((parsed.status === "failed") !== (response.isError === true)) {
     throw new Error(`isError ${response.isError} does not match status ${parsed.status}`);
   }
-  return parsed;
+  const full = response._meta?.["codemode/telemetry"];
+  if (!full) throw new Error("no _meta codemode/telemetry");
+  return { ...parsed, telemetry: full, modelTelemetry: parsed.telemetry };
 }
 
 export async function exec(client, code, language) {

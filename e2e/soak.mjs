@@ -65,7 +65,7 @@ async function connect(url) {
 }
 
 function resultOf(response) {
-  return JSON.parse(response.content?.[0]?.text ?? "null");
+  return response.structuredContent ?? JSON.parse(response.content?.[0]?.text ?? "null");
 }
 
 async function execCell(client, code, options) {

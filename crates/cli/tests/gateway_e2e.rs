@@ -86,6 +86,16 @@ fn upstream_behind_oauth_client_credentials_and_login() {
     assert!(out.contains("ℹ pass 9"), "every scenario ran: {out}");
 }
 
+/// One copy of each result (`e2e/results.test.mjs`): the default
+/// structured form (outputSchema, `structuredContent`, a one-paragraph
+/// text), `text` and `both`, the model's short telemetry and the full one
+/// in `_meta`, model-visible bytes against one copy of the result.
+#[test]
+fn results_reach_the_client_once_in_each_form() {
+    let out = node_suite("results.test.mjs");
+    assert!(out.contains("ℹ pass 6"), "every scenario ran: {out}");
+}
+
 /// Debug switches (`e2e/debug.test.mjs`): `OPENCLAW_DEBUG_*` and
 /// `CODEMODE_DEBUG_*` make the gateway log its model-visible tools, the
 /// checked payload (redacted) and activation, bounded.

@@ -156,6 +156,21 @@ impl McpServerConfig {
     }
 }
 
+/// `results.form`: how an `exec`/`wait` result reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResultForm {
+    /// `structuredContent` (the result as the model should see it) plus a
+    /// short text item, and an `outputSchema` on `exec`/`wait`: the MCP
+    /// form for tools with an output schema, close to one copy.
+    #[default]
+    Structured,
+    /// The result as JSON text only (no `structuredContent`, no
+    /// `outputSchema`): for clients that give the model only text.
+    Text,
+    /// Both in full (the JSON text and `structuredContent`).
+    Both,
+}
+
 /// `approvals.mode`: which nested calls need a human's yes, read from the
 /// upstream's tool annotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -233,6 +248,8 @@ pub struct GatewayConfig {
     pub before_tool_call: Option<HookConfig>,
     /// `auth`: how HTTP clients authenticate (`None`: they do not).
     pub auth: Option<AuthConfig>,
+    /// `results.form` (default `structured`).
+    pub result_form: ResultForm,
 }
 
 /// One of `auth.bearerTokens`.
@@ -321,6 +338,7 @@ pub fn parse_config(
     let mut approvals = ApprovalMode::default();
     let mut before_tool_call = None;
     let mut auth = None;
+    let mut result_form = ResultForm::default();
     for (key, value) in object {
         match key.as_str() {
             "tools" => match value {
@@ -353,6 +371,7 @@ pub fn parse_config(
             "approvals" => approvals = parse_approvals(value, env, &mut errors, &mut diagnostics),
             "hooks" => before_tool_call = parse_hooks(value, env, &mut errors, &mut diagnostics),
             "auth" => auth = parse_auth(value, env, &mut errors, &mut diagnostics),
+            "results" => result_form = parse_results(value, &mut errors, &mut diagnostics),
             other => diagnostics.push(unknown(other)),
         }
     }
@@ -384,11 +403,56 @@ pub fn parse_config(
                 approvals,
                 before_tool_call,
                 auth,
+                result_form,
             },
             diagnostics,
         ))
     } else {
         Err(ConfigProblems { errors })
+    }
+}
+
+fn parse_results(
+    value: &Value,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> ResultForm {
+    let Value::Object(object) = value else {
+        errors.push(error(
+            "results",
+            "expected an object like { form: \"structured\" }",
+        ));
+        return ResultForm::default();
+    };
+    for key in object.keys() {
+        if key != "form" {
+            diagnostics.push(unknown(&join("results", key)));
+        }
+    }
+    match object.get("form") {
+        None => ResultForm::default(),
+        Some(Value::String(form)) => match form.as_str() {
+            "structured" => ResultForm::Structured,
+            "text" => ResultForm::Text,
+            "both" => ResultForm::Both,
+            other => {
+                errors.push(error(
+                    "results.form",
+                    &format!(
+                        "unknown form \"{}\"; use \"structured\" (the default), \"text\" or \"both\"",
+                        other.chars().take(32).collect::<String>()
+                    ),
+                ));
+                ResultForm::default()
+            }
+        },
+        Some(_) => {
+            errors.push(error(
+                "results.form",
+                "expected \"structured\", \"text\" or \"both\"",
+            ));
+            ResultForm::default()
+        }
     }
 }
 

@@ -32,7 +32,7 @@ use tracing::info;
 
 use crate::approvals::ClientApprover;
 use crate::auth::{ClientAuth, Principal};
-use crate::config::{ApprovalMode, AuthConfig, GatewayConfig};
+use crate::config::{ApprovalMode, AuthConfig, GatewayConfig, ResultForm};
 use crate::hooks::ConfiguredHook;
 use crate::oauth::TokenValidator;
 use crate::upstreams::Upstreams;
@@ -119,6 +119,8 @@ struct Shared {
     insecure_no_auth: bool,
     /// `exec`/`wait` calls running now, per principal.
     running_by_principal: Mutex<HashMap<String, usize>>,
+    /// `results.form`.
+    result_form: crate::config::ResultForm,
 }
 
 /// The gateway: one per process. Cheap to clone.
@@ -171,6 +173,7 @@ impl Gateway {
                 approvals: config.approvals,
                 operator_approvals: options.operator_approvals,
                 auth: config.auth,
+                result_form: config.result_form,
                 insecure_no_auth: options.insecure_no_auth,
                 running_by_principal: Mutex::default(),
             }),
@@ -614,6 +617,14 @@ impl GatewaySession {
     }
 
     fn model_tools(&self) -> Vec<Tool> {
+        // With structured results the tools say what they return.
+        let output_schema = match self.shared.result_form {
+            ResultForm::Text => None,
+            ResultForm::Structured | ResultForm::Both => match codemode_runtime::result_schema() {
+                Value::Object(map) => Some(Arc::new(map)),
+                _ => None,
+            },
+        };
         self.session
             .model_tools()
             .into_iter()
@@ -622,21 +633,34 @@ impl GatewaySession {
                     Value::Object(map) => map,
                     _ => serde_json::Map::new(),
                 };
-                Tool::new(t.name, t.description, Arc::new(schema))
+                let mut tool = Tool::new(t.name, t.description, Arc::new(schema));
+                tool.output_schema = output_schema.clone();
+                tool
             })
             .collect()
     }
 
-    /// The result union as an MCP tool result: JSON text for every client,
-    /// the same object as `structuredContent`, `isError` when it failed.
-    fn tool_result(result: &CodeModeResult) -> CallToolResult {
-        let value = result.to_json();
-        // The text keeps the contract's field order (status first,
-        // telemetry last), which reads better than sorted keys.
-        let text = serde_json::to_string(result).unwrap_or_else(|_| value.to_string());
+    /// The result union as an MCP tool result, once (`results.form`): the
+    /// model's view of the result (short telemetry) as `structuredContent`
+    /// with a one-paragraph text, or as JSON text only, or both in full;
+    /// `isError` when it failed; the full telemetry (numbers rounded) in
+    /// `_meta["codemode/telemetry"]` for operators and tools, not the model.
+    fn tool_result(&self, result: &CodeModeResult) -> CallToolResult {
+        let model = result.to_model_json();
+        let json_text = || serde_json::to_string(&model).unwrap_or_else(|_| model.to_string());
+        let (text, structured) = match self.shared.result_form {
+            ResultForm::Structured => (result.summary_text(), Some(model.clone())),
+            ResultForm::Text => (json_text(), None),
+            ResultForm::Both => (json_text(), Some(model.clone())),
+        };
         let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
         out.is_error = Some(matches!(result, CodeModeResult::Failed { .. }));
-        out.structured_content = Some(value);
+        out.structured_content = structured;
+        let mut meta = rmcp::model::MetaObject::new();
+        if let Ok(telemetry) = serde_json::to_value(result.telemetry()) {
+            meta.insert("codemode/telemetry".into(), telemetry);
+        }
+        out.meta = Some(meta);
         out
     }
 }
@@ -766,7 +790,7 @@ impl ServerHandler for GatewaySession {
             Ok(running) => running,
             Err(refused) => {
                 crate::metrics::record_call(tool, &refused, 0.0);
-                return Ok(Self::tool_result(&refused).into());
+                return Ok(self.tool_result(&refused).into());
             }
         };
         let started = std::time::Instant::now();
@@ -793,7 +817,7 @@ impl ServerHandler for GatewaySession {
         )
         .await;
         crate::metrics::record_call(tool, &result, started.elapsed().as_secs_f64());
-        Ok(Self::tool_result(&result).into())
+        Ok(self.tool_result(&result).into())
     }
 }
 

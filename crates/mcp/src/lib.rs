@@ -58,7 +58,7 @@ pub mod upstreams;
 
 pub use config::{
     ApprovalMode, AuthConfig, BearerToken, ConfigProblems, GatewayConfig, HookConfig, HookTarget,
-    McpServerConfig, OAuthResource, Secret, Transport, UpstreamOAuth, parse_config,
+    McpServerConfig, OAuthResource, ResultForm, Secret, Transport, UpstreamOAuth, parse_config,
 };
 pub use gateway::{Gateway, GatewayError, GatewayOptions, GatewaySession};
 pub use upstreams::Upstreams;

@@ -103,6 +103,7 @@ pub use session::{
 };
 pub use surface::{
     ExecHookMetadata, ModelTool, SurfaceError, check_model_tools, exec_hook_metadata, model_tools,
+    result_schema,
 };
 pub use trajectory::{Trajectory, TrajectoryEvent};
 

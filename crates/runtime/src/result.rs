@@ -213,7 +213,9 @@ pub struct SnapshotEvent {
 pub struct Telemetry {
     /// The cell language.
     pub language: String,
-    /// Wall time of this exec or wait, in milliseconds.
+    /// Wall time of this exec or wait, in milliseconds (to the
+    /// microsecond on the wire).
+    #[serde(serialize_with = "rounded_ms")]
     pub duration_ms: f64,
     /// Exec calls of this run so far (1 for a fresh exec).
     pub exec_count: u32,
@@ -264,6 +266,12 @@ pub struct Telemetry {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// Milliseconds to three decimals (a microsecond): `5.048` rather than
+/// `5.0481609999999995`.
+fn rounded_ms<S: serde::Serializer>(ms: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64((ms * 1000.0).round() / 1000.0)
 }
 
 /// The result of `exec` or `wait`.
@@ -389,6 +397,98 @@ impl CodeModeResult {
         serde_json::to_value(self).unwrap_or_else(|e| {
             serde_json::json!({ "status": "failed", "error": format!("result could not be serialized: {e}"), "code": "internal_error", "telemetry": {} })
         })
+    }
+
+    /// The result as the model should see it: everything it acts on
+    /// (status, value, output, error, code, runId, pending calls,
+    /// receipts) and a short telemetry summary (`durationMs` to 0.1 ms,
+    /// `nestedCallCount`, and `limitFailure` when a limit stopped the
+    /// cell). The full telemetry is for operators ([`CodeModeResult::telemetry`]).
+    pub fn to_model_json(&self) -> Value {
+        let mut value = self.to_json();
+        let telemetry = self.telemetry();
+        let mut summary = serde_json::Map::new();
+        summary.insert(
+            "durationMs".into(),
+            serde_json::json!((telemetry.duration_ms * 10.0).round() / 10.0),
+        );
+        summary.insert(
+            "nestedCallCount".into(),
+            serde_json::json!(telemetry.nested_call_count),
+        );
+        if let Some(code) = telemetry.limit_failure {
+            summary.insert("limitFailure".into(), serde_json::json!(code.as_str()));
+        }
+        if let Some(object) = value.as_object_mut() {
+            object.insert("telemetry".into(), Value::Object(summary));
+        }
+        value
+    }
+
+    /// A one-paragraph text of the result for clients that read only text
+    /// beside `structuredContent`: the status, then the bounded value,
+    /// error or run id (at most about 600 bytes).
+    pub fn summary_text(&self) -> String {
+        const VALUE_BYTES: usize = 400;
+        let cut = |text: String| {
+            let bytes = text.len();
+            if bytes <= VALUE_BYTES {
+                text
+            } else {
+                let mut end = VALUE_BYTES;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!(
+                    "{}… ({bytes} bytes; the whole result is in structuredContent)",
+                    &text[..end]
+                )
+            }
+        };
+        let output = |output: &[Output]| match output.len() {
+            0 => String::new(),
+            1 => "; 1 output item".to_owned(),
+            n => format!("; {n} output items"),
+        };
+        match self {
+            CodeModeResult::Completed {
+                value, output: out, ..
+            } => {
+                format!("completed: {}{}", cut(value.to_string()), output(out))
+            }
+            CodeModeResult::Waiting {
+                run_id,
+                reason,
+                pending_tool_calls,
+                output: out,
+                ..
+            } => format!(
+                "waiting ({}): runId {run_id}, {} call{} pending{}; call wait({{ runId: \"{run_id}\" }})",
+                serde_json::to_value(reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                pending_tool_calls.len(),
+                if pending_tool_calls.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                output(out)
+            ),
+            CodeModeResult::Failed {
+                error,
+                code,
+                output: out,
+                ..
+            } => format!(
+                "failed{}: {}{}",
+                code.map(|c| format!(" ({})", c.as_str()))
+                    .unwrap_or_default(),
+                cut(error.clone()),
+                output(out)
+            ),
+        }
     }
 }
 

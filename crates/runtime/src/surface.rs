@@ -142,6 +142,25 @@ fn exec_description(config: &CodeModeConfig, catalog: &Catalog, namespaces: &str
     text
 }
 
+/// The JSON Schema of an `exec`/`wait` result as the model sees it
+/// ([`crate::CodeModeResult::to_model_json`]): the `outputSchema` of both
+/// tools where results go out as structured content.
+pub fn result_schema() -> Value {
+    // Small on purpose: it is part of the model-visible tool list. Fields
+    // not named here (value, output, pendingToolCalls, nestedCalls,
+    // telemetry) are allowed as they are.
+    json!({
+        "type": "object",
+        "properties": {
+            "status": { "enum": ["completed", "waiting", "failed"] },
+            "runId": { "type": "string" },
+            "error": { "type": "string" },
+            "code": { "type": "string" }
+        },
+        "required": ["status"]
+    })
+}
+
 /// The final provider payload does not hold exactly `exec` and `wait`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
