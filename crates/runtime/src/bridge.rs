@@ -91,7 +91,8 @@ pub(crate) fn handle_request(
             | Method::Call
             | Method::McpCall
             | Method::McpRequest
-            | Method::NsCall => {}
+            | Method::NsCall
+            | Method::Progress => {}
         }
         BridgeRequest::parse_params(method, &params, &ctx.inner.config)
     });
@@ -135,6 +136,21 @@ pub(crate) fn handle_request(
                 Some(reply) => reply,
                 None => return,
             }
+        }
+        BridgeRequest::Progress {
+            value,
+            total,
+            message,
+        } => {
+            state
+                .calls
+                .progress_slot()
+                .report(crate::progress::ProgressUpdate::Cell {
+                    value,
+                    total,
+                    message,
+                });
+            Settlement::Resolve(Value::Null)
         }
         BridgeRequest::ApiList { prefix } => api_list(state, prefix.as_deref()),
         BridgeRequest::ApiRead { path, range } => api_read(state, &path, range),
@@ -251,12 +267,18 @@ fn start_tool_call(
         input,
         gate_state,
         |state, call_id, input| {
+            let progress = crate::progress::CallProgress::new(
+                state.calls.progress_slot(),
+                &call_id,
+                &entry.id,
+            );
             let call = NestedCall {
                 context: Arc::clone(&state.context),
                 parent_call_id: state.parent_call_id.clone(),
                 call_id,
                 tool: Arc::clone(entry),
                 input,
+                progress,
             };
             let Some(gate_state) = gate else {
                 return state.executor.call(call);
@@ -605,6 +627,7 @@ mod tests {
     fn answer(f: &Fixture, payload: Value) -> Settlement {
         let inner = Arc::clone(&f.session.runtime.inner);
         let ctx = DriveCtx {
+            progress: None,
             limits: Default::default(),
             deadline: Instant::now() + Duration::from_secs(10),
             handle: f._tokio.handle().clone(),

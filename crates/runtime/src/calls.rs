@@ -91,6 +91,8 @@ pub(crate) struct Calls {
     trajectory: Trajectory,
     /// Calls that ended since the current exec/wait began.
     receipts: Receipts,
+    /// Where progress goes while an exec/wait drives the run.
+    progress: crate::progress::ProgressSlot,
 }
 
 impl Calls {
@@ -103,7 +105,27 @@ impl Calls {
             next: 0,
             trajectory,
             receipts: Receipts::default(),
+            progress: crate::progress::ProgressSlot::default(),
         }
+    }
+
+    /// Reports to `sink` from now on (`None` while the run is suspended).
+    pub(crate) fn follow(&self, sink: Option<std::sync::Arc<dyn crate::progress::ProgressSink>>) {
+        self.progress.set(sink);
+    }
+
+    /// The slot nested calls report their own progress through.
+    pub(crate) fn progress_slot(&self) -> crate::progress::ProgressSlot {
+        self.progress.clone()
+    }
+
+    fn report_finished(&self, info: &CallInfo, outcome: &Result<Value, ToolCallError>) {
+        self.progress
+            .report(crate::progress::ProgressUpdate::CallFinished {
+                call_id: info.call_id.clone(),
+                tool_id: info.tool_id.clone(),
+                ok: outcome.is_ok(),
+            });
     }
 
     /// The receipts of the calls that ended since the last take (one
@@ -175,6 +197,11 @@ impl Calls {
         };
         let mut future = CatchPanic(future);
         let started = Instant::now();
+        self.progress
+            .report(crate::progress::ProgressUpdate::CallStarted {
+                call_id: info.call_id.clone(),
+                tool_id: info.tool_id.clone(),
+            });
         let first = {
             let _entered = handle.enter();
             let mut cx = Context::from_waker(Waker::noop());
@@ -182,6 +209,7 @@ impl Calls {
         };
         match first {
             Poll::Ready(outcome) => {
+                self.report_finished(&info, &outcome);
                 self.trajectory.record(event(&info, &outcome, started));
                 self.receipt(&info, outcome_of(&outcome));
                 info.span.record("outcome", outcome_name(&outcome));
@@ -216,6 +244,7 @@ impl Calls {
         outcome: Result<Value, ToolCallError>,
     ) -> Option<Finished> {
         let record = self.inflight.remove(&request_id)?;
+        self.report_finished(&record.info, &outcome);
         self.trajectory
             .record(event(&record.info, &outcome, record.started));
         self.receipt(&record.info, outcome_of(&outcome));

@@ -122,6 +122,7 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
             let code = prepared.code;
             let work = move || {
                 let mut state = state;
+                state.calls.follow(ctx.progress.clone());
                 let mut events = Vec::new();
                 // Registered before the first burst, so abort and
                 // cancellation reach a cell that never yields.
@@ -290,6 +291,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         } = run;
         state.info.wait_count += 1;
         state.drive_call_id = wait_call_id;
+        state.calls.follow(ctx.progress.clone());
         hold_for_decision(&ctx, &mut state);
         let mut events = Vec::new();
         let restore_started = Instant::now();

@@ -153,6 +153,7 @@ impl BridgeFuzzer {
     pub fn answer(&self, bytes: &[u8]) {
         let _entered = self.tokio.enter();
         let ctx = DriveCtx {
+            progress: None,
             limits: Default::default(),
             deadline: Instant::now() + Duration::from_secs(10),
             handle: self.tokio.handle().clone(),

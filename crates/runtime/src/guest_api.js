@@ -32,6 +32,17 @@
 
   defineGlobal("yield_control", yield_control);
 
+  // progress(value, total?, message?): tells whoever follows the exec/wait
+  // (an MCP client with a progress token) how far the cell is.
+  function progress(value, total, message) {
+    return hostRequest("progress", {
+      value: value,
+      total: total === undefined ? null : total,
+      message: message === undefined || message === null ? null : StringCtor(message),
+    }).then(() => undefined);
+  }
+  defineGlobal("progress", progress);
+
   // unwrap(result): what a tool result means, without the MCP envelope:
   // `structuredContent` when present, else the JSON of a single text item
   // (or its text when it is not JSON), else the joined text of text-only

@@ -47,11 +47,13 @@ pub(crate) enum Method {
     ApiRead,
     /// `<Namespace>.<path>(...args)`: a plugin namespace's callable.
     NsCall,
+    /// `progress(value, total?, message?)`.
+    Progress,
 }
 
 impl Method {
     /// Every method, in the order of the guest API.
-    pub(crate) const ALL: [Method; 10] = [
+    pub(crate) const ALL: [Method; 11] = [
         Method::Yield,
         Method::Search,
         Method::Describe,
@@ -62,6 +64,7 @@ impl Method {
         Method::ApiList,
         Method::ApiRead,
         Method::NsCall,
+        Method::Progress,
     ];
 
     /// Its name on the wire (the string `guest_api.js` sends).
@@ -77,6 +80,7 @@ impl Method {
             Method::ApiList => "api.list",
             Method::ApiRead => "api.read",
             Method::NsCall => "ns.call",
+            Method::Progress => "progress",
         }
     }
 

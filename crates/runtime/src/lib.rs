@@ -77,6 +77,7 @@ pub mod namespaces;
 mod outcome;
 mod payload;
 mod prepare;
+pub mod progress;
 mod request;
 mod result;
 mod run_state;
@@ -97,6 +98,7 @@ pub use namespaces::{
     namespace_tool, namespace_tool_with,
 };
 pub use payload::{PayloadError, PayloadShape};
+pub use progress::{CallProgress, ProgressSink, ProgressUpdate};
 pub use session::{
     CallCanceller, CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext,
     ToolCallError, ToolExecutor, ToolFuture,

@@ -148,6 +148,8 @@ pub(crate) fn finish(
     started: Instant,
     events: &mut Vec<SnapshotEvent>,
 ) -> CodeModeResult {
+    // Nobody follows the run once this exec/wait returns.
+    state.calls.follow(None);
     let store = &ctx.inner.store;
     let (vm, reason, output) = match driven {
         Driven::Done(result) => {

@@ -106,6 +106,13 @@ pub(crate) enum BridgeRequest {
         path: String,
         args: Vec<Value>,
     },
+    /// `progress(value, total?, message?)`: finite numbers, a message of
+    /// at most [`crate::progress::MAX_PROGRESS_MESSAGE`] bytes (cut).
+    Progress {
+        value: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
     /// `API.list(prefix?)`.
     ApiList { prefix: Option<String> },
     /// `API.read(path, options?)`.
@@ -327,6 +334,36 @@ impl BridgeRequest {
                     }
                 };
                 BridgeRequest::NsCall { ns, path, args }
+            }
+            Method::Progress => {
+                let number = |key: &str| {
+                    params
+                        .get(key)
+                        .and_then(Value::as_f64)
+                        .filter(|n| n.is_finite())
+                };
+                let Some(value) = number("value") else {
+                    return Err(Refusal::bad_request(
+                        "progress(value, total?, message?): value must be a finite number",
+                    ));
+                };
+                let total = match params.get("total") {
+                    None | Some(Value::Null) => None,
+                    Some(_) => Some(number("total").ok_or_else(|| {
+                        Refusal::bad_request(
+                            "progress(value, total?, message?): total must be a finite number",
+                        )
+                    })?),
+                };
+                let message = params
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map(crate::progress::bounded_message);
+                BridgeRequest::Progress {
+                    value,
+                    total,
+                    message,
+                }
             }
             Method::ApiList => BridgeRequest::ApiList {
                 prefix: optional_string(params, "prefix", "API.list(prefix?)")?.map(str::to_owned),

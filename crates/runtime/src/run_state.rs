@@ -90,8 +90,16 @@ impl RunState {
     }
 }
 
+tokio::task_local! {
+    /// The progress sink of the `exec`/`wait` being awaited, if its host
+    /// asked for progress.
+    pub(crate) static PROGRESS: Option<Arc<dyn crate::progress::ProgressSink>>;
+}
+
 /// What one drive needs besides the run.
 pub(crate) struct DriveCtx {
+    /// Where this exec/wait reports progress.
+    pub(crate) progress: Option<Arc<dyn crate::progress::ProgressSink>>,
     pub(crate) inner: Arc<Inner>,
     pub(crate) handle: tokio::runtime::Handle,
     pub(crate) scope: Arc<ScopeState>,
@@ -107,6 +115,7 @@ impl DriveCtx {
     pub(crate) fn starting_now(session: &CodeModeSession) -> DriveCtx {
         let inner = Arc::clone(&session.runtime.inner);
         DriveCtx {
+            progress: PROGRESS.try_with(Clone::clone).ok().flatten(),
             limits: limits_of(&inner),
             deadline: Instant::now() + Duration::from_millis(inner.config.timeout_ms),
             inner,

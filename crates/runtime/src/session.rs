@@ -82,6 +82,9 @@ pub struct NestedCall {
     pub tool: Arc<CatalogEntry>,
     /// The input: JSON the guest sent, re-parsed by the host.
     pub input: Value,
+    /// Reports this call's own progress (e.g. its MCP server's) to
+    /// whoever follows the run.
+    pub progress: crate::progress::CallProgress,
 }
 
 /// What an MCP server is asked besides tool calls.
@@ -513,6 +516,32 @@ impl CodeModeSession {
     pub async fn exec(&self, input: &Value) -> CodeModeResult {
         let n = self.exec_counter.fetch_add(1, Ordering::Relaxed) + 1;
         self.exec_call(&format!("exec_{n}"), input).await
+    }
+
+    /// [`CodeModeSession::exec_call`], reporting its progress to `sink`
+    /// while it runs (nested calls started and finished, their own
+    /// progress, the cell's `progress(...)`).
+    pub async fn exec_call_with_progress(
+        &self,
+        call_id: &str,
+        input: &Value,
+        sink: Arc<dyn crate::progress::ProgressSink>,
+    ) -> CodeModeResult {
+        crate::run_state::PROGRESS
+            .scope(Some(sink), self.exec_call(call_id, input))
+            .await
+    }
+
+    /// [`CodeModeSession::wait_call`], reporting its progress to `sink`.
+    pub async fn wait_call_with_progress(
+        &self,
+        call_id: &str,
+        input: &Value,
+        sink: Arc<dyn crate::progress::ProgressSink>,
+    ) -> CodeModeResult {
+        crate::run_state::PROGRESS
+            .scope(Some(sink), self.wait_call(call_id, input))
+            .await
     }
 
     /// Runs the model's `exec` input; `call_id` is the model's tool-call id
