@@ -96,6 +96,16 @@ fn results_reach_the_client_once_in_each_form() {
     assert!(out.contains("ℹ pass 6"), "every scenario ran: {out}");
 }
 
+/// Progress (`e2e/progress.test.mjs`): notifications/progress for an exec
+/// with a progress token (nested calls, server-everything's long-running
+/// operation relayed step by step, the cell's own `progress`), nothing
+/// without one and nothing after the answer.
+#[test]
+fn progress_reaches_a_client_that_asks() {
+    let out = node_suite("progress.test.mjs");
+    assert!(out.contains("ℹ pass 2"), "every scenario ran: {out}");
+}
+
 /// Debug switches (`e2e/debug.test.mjs`): `OPENCLAW_DEBUG_*` and
 /// `CODEMODE_DEBUG_*` make the gateway log its model-visible tools, the
 /// checked payload (redacted) and activation, bounded.

@@ -803,19 +803,46 @@ impl ServerHandler for GatewaySession {
             });
             let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
         }
+        // A progress token asks for notifications/progress while it runs.
+        let (progress, forwarder) = match context.meta.get_progress_token() {
+            Some(token) => {
+                let (sink, forwarder) =
+                    crate::progress::ClientProgress::start(context.peer.clone(), token);
+                (
+                    Some(sink as Arc<dyn codemode_runtime::ProgressSink>),
+                    Some(forwarder),
+                )
+            }
+            None => (None, None),
+        };
         let result = tracing::Instrument::instrument(
             async {
-                match tool {
-                    "exec" => {
+                match (tool, progress) {
+                    ("exec", progress) => {
                         self.refresh_catalog().await;
-                        self.session.exec_call(&call_id, &input).await
+                        match progress {
+                            Some(sink) => {
+                                self.session
+                                    .exec_call_with_progress(&call_id, &input, sink)
+                                    .await
+                            }
+                            None => self.session.exec_call(&call_id, &input).await,
+                        }
                     }
-                    _ => self.session.wait_call(&call_id, &input).await,
+                    (_, Some(sink)) => {
+                        self.session
+                            .wait_call_with_progress(&call_id, &input, sink)
+                            .await
+                    }
+                    (_, None) => self.session.wait_call(&call_id, &input).await,
                 }
             },
             span,
         )
         .await;
+        if let Some(forwarder) = forwarder {
+            forwarder.finish().await;
+        }
         crate::metrics::record_call(tool, &result, started.elapsed().as_secs_f64());
         Ok(self.tool_result(&result).into())
     }

@@ -48,6 +48,7 @@ pub mod hooks;
 pub mod login;
 mod metrics;
 mod oauth;
+mod progress;
 mod stdio_guard;
 mod token_store;
 pub mod upstream;

@@ -86,6 +86,8 @@ pub struct Upstream {
     /// Told whenever the tool list or the server's state changes.
     changed: Arc<dyn Fn() + Send + Sync>,
     shutdown: CancellationToken,
+    /// Calls in flight that follow the server's progress notifications.
+    progress: ProgressRoutes,
 }
 
 /// Kills a stdio server's whole process group when dropped: a child that
@@ -104,11 +106,16 @@ impl Drop for ProcessGroupGuard {
     }
 }
 
-/// Receives the server's list-changed notifications.
+/// The nested calls in flight that follow their server's progress, by
+/// the progress token sent with them.
+type ProgressRoutes = Arc<Mutex<HashMap<String, codemode_runtime::CallProgress>>>;
+
+/// Receives the server's list-changed and progress notifications.
 #[derive(Clone)]
 struct Handler {
     server: String,
     refresh: tokio::sync::mpsc::UnboundedSender<()>,
+    progress: ProgressRoutes,
 }
 
 impl ClientHandler for Handler {
@@ -123,6 +130,72 @@ impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         debug!(server = %self.server, "tools/list_changed");
         let _ = self.refresh.send(());
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        // Only tokens of calls still in flight that someone follows.
+        let route = self
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&token_key(&params.progress_token))
+            .cloned();
+        if let Some(route) = route {
+            route.report(params.progress, params.total, params.message.as_deref());
+        }
+    }
+}
+
+/// The routing key of a progress token.
+fn token_key(token: &rmcp::model::ProgressToken) -> String {
+    match &token.0 {
+        rmcp::model::NumberOrString::Number(n) => format!("n:{n}"),
+        rmcp::model::NumberOrString::String(s) => format!("s:{s}"),
+    }
+}
+
+/// Tells the server a request was abandoned (`notifications/cancelled`)
+/// when dropped while still armed.
+struct CancelOnDrop {
+    peer: Option<rmcp::service::Peer<RoleClient>>,
+    id: rmcp::model::RequestId,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let id = self.id.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = peer
+                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the call was abandoned".into()),
+                    ))
+                    .await;
+            });
+        }
+    }
+}
+
+/// Removes a call's progress route when the call ends (any way).
+struct ProgressRoute {
+    routes: ProgressRoutes,
+    token: String,
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        self.routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.token);
     }
 }
 
@@ -143,6 +216,7 @@ impl Upstream {
             last_known: Mutex::new(None),
             changed,
             shutdown,
+            progress: ProgressRoutes::default(),
         });
         tokio::spawn(Arc::clone(&upstream).supervise());
         upstream
@@ -339,6 +413,7 @@ impl Upstream {
         let handler = Handler {
             server: name.clone(),
             refresh: refresh_tx,
+            progress: Arc::clone(&self.progress),
         };
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             UpstreamError(format!("MCP server `{name}`: {what}: {e}"))
@@ -496,6 +571,7 @@ impl Upstream {
         &self,
         tool: &str,
         input: Map<String, Value>,
+        progress: Option<&codemode_runtime::CallProgress>,
     ) -> Result<Value, UpstreamError> {
         let name = &self.config.name;
         let started = Instant::now();
@@ -504,7 +580,42 @@ impl Upstream {
         let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(input);
         crate::upstream_http::set_trace_context(&mut params);
         let left = limit.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, connection.peer.call_tool(params)).await {
+        let peer = connection.peer.clone();
+        let routes = Arc::clone(&self.progress);
+        let call = async move {
+            // Sent by hand (not `peer.call_tool`) to learn the progress
+            // token the SDK gives the request: the server's progress of
+            // this call goes to whoever follows the run.
+            let handle = peer
+                .send_request_with_option(
+                    rmcp::model::ClientRequest::CallToolRequest(rmcp::model::Request::new(params)),
+                    rmcp::service::PeerRequestOptions::no_options(),
+                )
+                .await?;
+            let _route = progress.map(|progress| {
+                let token = token_key(&handle.progress_token);
+                routes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(token.clone(), progress.clone());
+                ProgressRoute {
+                    routes: Arc::clone(&routes),
+                    token,
+                }
+            });
+            // Dropped unanswered (timeout, cancellation): the server is told.
+            let mut abandoned = CancelOnDrop {
+                peer: Some(peer.clone()),
+                id: handle.id.clone(),
+            };
+            let answer = handle.await_response().await;
+            abandoned.peer = None;
+            match answer? {
+                rmcp::model::ServerResult::CallToolResult(result) => Ok(result),
+                _ => Err(rmcp::ServiceError::UnexpectedResponse),
+            }
+        };
+        match tokio::time::timeout(left, call).await {
             Ok(Ok(mut result)) => {
                 // The wire form older clients know: no `resultType`.
                 result.result_type = None;

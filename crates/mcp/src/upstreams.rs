@@ -225,7 +225,7 @@ impl ToolExecutor for UpstreamExecutor {
             };
             let started = std::time::Instant::now();
             let outcome = server
-                .call_tool(&tool.name, input)
+                .call_tool(&tool.name, input, Some(&call.progress))
                 .await
                 .map_err(|e| ToolCallError::new(e.0));
             crate::metrics::record_nested(&tool.source_name, started.elapsed().as_secs_f64());
