@@ -106,6 +106,15 @@ fn progress_reaches_a_client_that_asks() {
     assert!(out.contains("ℹ pass 2"), "every scenario ran: {out}");
 }
 
+/// Elicitation relayed (`e2e/elicitation.test.mjs`): server-everything
+/// asks its user mid-call; the client whose run made the call answers; a
+/// client without elicitation gets the upstream an error at once.
+#[test]
+fn upstream_elicitation_reaches_the_client_that_made_the_call() {
+    let out = node_suite("elicitation.test.mjs");
+    assert!(out.contains("ℹ pass 2"), "every scenario ran: {out}");
+}
+
 /// Debug switches (`e2e/debug.test.mjs`): `OPENCLAW_DEBUG_*` and
 /// `CODEMODE_DEBUG_*` make the gateway log its model-visible tools, the
 /// checked payload (redacted) and activation, bounded.

@@ -213,6 +213,12 @@ impl Gateway {
         if let Some(hook) = &self.shared.hook {
             session = session.with_hooks(Arc::clone(hook) as Arc<dyn ToolHooks>);
         }
+        // Requests upstream servers make during this client's nested calls
+        // are relayed to it (see `relay`).
+        self.shared
+            .upstreams
+            .clients()
+            .register(&id, Arc::clone(&peer));
         info!(session = %id, "MCP client session started");
         if codemode_runtime::debug::DebugSwitches::current().code_mode {
             let catalog = session.catalog();
@@ -598,6 +604,7 @@ impl Drop for GatewaySession {
     /// are cancelled) instead of running to their timeouts.
     fn drop(&mut self) {
         self.ended.cancel();
+        self.shared.upstreams.clients().remove(&self.id);
         self.session.abort();
         self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
         info!(session = %self.id, "MCP client session ended");

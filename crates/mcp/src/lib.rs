@@ -49,6 +49,7 @@ pub mod login;
 mod metrics;
 mod oauth;
 mod progress;
+mod relay;
 mod stdio_guard;
 mod token_store;
 pub mod upstream;

@@ -86,8 +86,10 @@ pub struct Upstream {
     /// Told whenever the tool list or the server's state changes.
     changed: Arc<dyn Fn() + Send + Sync>,
     shutdown: CancellationToken,
-    /// Calls in flight that follow the server's progress notifications.
+    /// Tool calls in flight (their progress and client session).
     progress: ProgressRoutes,
+    /// Where the server's requests to its client are relayed.
+    clients: Arc<crate::relay::ClientDirectory>,
 }
 
 /// Kills a stdio server's whole process group when dropped: a child that
@@ -106,25 +108,59 @@ impl Drop for ProcessGroupGuard {
     }
 }
 
-/// The nested calls in flight that follow their server's progress, by
-/// the progress token sent with them.
-type ProgressRoutes = Arc<Mutex<HashMap<String, codemode_runtime::CallProgress>>>;
+/// A tool call in flight on this server: where its progress goes and the
+/// client session whose run made it.
+#[derive(Clone)]
+struct InFlightCall {
+    progress: Option<codemode_runtime::CallProgress>,
+    session: Option<String>,
+}
 
-/// Receives the server's list-changed and progress notifications.
+/// The tool calls in flight, by the progress token the SDK sent with them.
+type ProgressRoutes = Arc<Mutex<HashMap<String, InFlightCall>>>;
+
+/// Receives the server's notifications and requests.
 #[derive(Clone)]
 struct Handler {
     server: String,
     refresh: tokio::sync::mpsc::UnboundedSender<()>,
     progress: ProgressRoutes,
+    clients: Arc<crate::relay::ClientDirectory>,
 }
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> InitializeRequestParams {
+        // Elicitation is relayed to the client whose run made the call
+        // (see `relay`); a client without it gets the server an error.
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(
+            rmcp::model::ElicitationCapability::new()
+                .with_form(rmcp::model::FormElicitationCapability::default())
+                .with_url(rmcp::model::UrlElicitationCapability::default()),
+        );
         InitializeRequestParams::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("codemode", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let mut sessions: Vec<String> = self
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter_map(|call| call.session.clone())
+            .collect();
+        sessions.sort();
+        sessions.dedup();
+        debug!(server = %self.server, sessions = sessions.len(), "upstream asks for elicitation");
+        self.clients.elicit(&self.server, &sessions, request).await
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -143,7 +179,7 @@ impl ClientHandler for Handler {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&token_key(&params.progress_token))
-            .cloned();
+            .and_then(|call| call.progress.clone());
         if let Some(route) = route {
             route.report(params.progress, params.total, params.message.as_deref());
         }
@@ -202,10 +238,11 @@ impl Drop for ProgressRoute {
 impl Upstream {
     /// Starts connecting in the background; `changed` is called whenever
     /// the server's tools or state change.
-    pub fn start(
+    pub(crate) fn start(
         config: McpServerConfig,
         changed: Arc<dyn Fn() + Send + Sync>,
         shutdown: CancellationToken,
+        clients: Arc<crate::relay::ClientDirectory>,
     ) -> Arc<Upstream> {
         let (status, _) = watch::channel(Status::Connecting);
         let (first_attempt, _) = watch::channel(false);
@@ -217,6 +254,7 @@ impl Upstream {
             changed,
             shutdown,
             progress: ProgressRoutes::default(),
+            clients,
         });
         tokio::spawn(Arc::clone(&upstream).supervise());
         upstream
@@ -414,6 +452,7 @@ impl Upstream {
             server: name.clone(),
             refresh: refresh_tx,
             progress: Arc::clone(&self.progress),
+            clients: Arc::clone(&self.clients),
         };
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             UpstreamError(format!("MCP server `{name}`: {what}: {e}"))
@@ -572,6 +611,7 @@ impl Upstream {
         tool: &str,
         input: Map<String, Value>,
         progress: Option<&codemode_runtime::CallProgress>,
+        session: Option<&str>,
     ) -> Result<Value, UpstreamError> {
         let name = &self.config.name;
         let started = Instant::now();
@@ -592,17 +632,23 @@ impl Upstream {
                     rmcp::service::PeerRequestOptions::no_options(),
                 )
                 .await?;
-            let _route = progress.map(|progress| {
+            let _route = {
                 let token = token_key(&handle.progress_token);
                 routes
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .insert(token.clone(), progress.clone());
+                    .insert(
+                        token.clone(),
+                        InFlightCall {
+                            progress: progress.cloned(),
+                            session: session.map(str::to_owned),
+                        },
+                    );
                 ProgressRoute {
                     routes: Arc::clone(&routes),
                     token,
                 }
-            });
+            };
             // Dropped unanswered (timeout, cancellation): the server is told.
             let mut abandoned = CancelOnDrop {
                 peer: Some(peer.clone()),

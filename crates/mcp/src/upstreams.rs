@@ -28,6 +28,8 @@ pub struct Upstreams {
     policy: ToolPolicy,
     approvals: ApprovalMode,
     shutdown: CancellationToken,
+    /// The gateway's client sessions, for requests servers relay to them.
+    clients: Arc<crate::relay::ClientDirectory>,
 }
 
 impl Upstreams {
@@ -43,6 +45,7 @@ impl Upstreams {
         crate::install_tls_provider();
         let version = Arc::new(tokio::sync::watch::Sender::new(1u64));
         let shutdown = CancellationToken::new();
+        let clients = Arc::new(crate::relay::ClientDirectory::default());
         let bump = {
             let version = Arc::clone(&version);
             Arc::new(move || {
@@ -51,7 +54,14 @@ impl Upstreams {
         };
         let servers = configs
             .into_iter()
-            .map(|config| Upstream::start(config, Arc::clone(&bump), shutdown.child_token()))
+            .map(|config| {
+                Upstream::start(
+                    config,
+                    Arc::clone(&bump),
+                    shutdown.child_token(),
+                    Arc::clone(&clients),
+                )
+            })
             .collect();
         Arc::new(Upstreams {
             servers,
@@ -60,7 +70,14 @@ impl Upstreams {
             policy,
             approvals,
             shutdown,
+            clients,
         })
+    }
+
+    /// The gateway's client sessions (requests of servers are relayed to
+    /// the one whose run made the call).
+    pub(crate) fn clients(&self) -> &crate::relay::ClientDirectory {
+        &self.clients
     }
 
     /// Waits until every server's first start attempt ended (each bounded
@@ -225,7 +242,12 @@ impl ToolExecutor for UpstreamExecutor {
             };
             let started = std::time::Instant::now();
             let outcome = server
-                .call_tool(&tool.name, input, Some(&call.progress))
+                .call_tool(
+                    &tool.name,
+                    input,
+                    Some(&call.progress),
+                    call.context.session_id.as_deref(),
+                )
                 .await
                 .map_err(|e| ToolCallError::new(e.0));
             crate::metrics::record_nested(&tool.source_name, started.elapsed().as_secs_f64());

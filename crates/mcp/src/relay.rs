@@ -1,0 +1,99 @@
+//! Requests an upstream server makes of *its* client during a nested call
+//! (today: `elicitation/create`, form and URL modes), relayed to the MCP
+//! client whose run made the call, and the answer back.
+//!
+//! Upstream connections are shared by every client session, and MCP does
+//! not say on the wire which of a server's requests belongs to which of
+//! its in-flight calls. So a request is relayed only when every tool call
+//! in flight on that server belongs to one client session; otherwise, or
+//! when that client did not declare the capability (or the mode), the
+//! server gets an error at once (never a hang, never another client).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use rmcp::model::{ElicitRequestParams, ElicitResult, ErrorCode, ErrorData};
+use rmcp::service::{ElicitationMode, Peer, RoleServer};
+
+/// The client sessions of the gateway, by session id: where a relayed
+/// request goes.
+#[derive(Default)]
+pub(crate) struct ClientDirectory {
+    sessions: Mutex<HashMap<String, Arc<OnceLock<Peer<RoleServer>>>>>,
+}
+
+impl ClientDirectory {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<OnceLock<Peer<RoleServer>>>>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A client session opened; `peer` is set once it first calls.
+    pub(crate) fn register(&self, session: &str, peer: Arc<OnceLock<Peer<RoleServer>>>) {
+        self.lock().insert(session.to_owned(), peer);
+    }
+
+    /// A client session ended.
+    pub(crate) fn remove(&self, session: &str) {
+        self.lock().remove(session);
+    }
+
+    /// Relays an upstream's elicitation to the client of `sessions` (the
+    /// sessions of the server's calls in flight).
+    pub(crate) async fn elicit(
+        &self,
+        server: &str,
+        sessions: &[String],
+        request: ElicitRequestParams,
+    ) -> Result<ElicitResult, ErrorData> {
+        let refuse =
+            |message: String| Err(ErrorData::new(ErrorCode::INVALID_REQUEST, message, None));
+        let session = match sessions {
+            [] => {
+                return refuse(format!(
+                    "codemode gateway: elicitation from MCP server `{server}` outside any tool call; nobody to ask"
+                ));
+            }
+            [one] => one,
+            _ => {
+                return refuse(format!(
+                    "codemode gateway: MCP server `{server}` has tool calls of several clients in flight; the gateway cannot tell which one to ask, so it asks none"
+                ));
+            }
+        };
+        let peer = self
+            .lock()
+            .get(session)
+            .and_then(|cell| cell.get().cloned());
+        let Some(peer) = peer else {
+            return refuse(format!(
+                "codemode gateway: the client of this call is gone; elicitation from `{server}` not relayed"
+            ));
+        };
+        let (mode, name) = match &request {
+            ElicitRequestParams::FormElicitationParams { .. } => (ElicitationMode::Form, "form"),
+            ElicitRequestParams::UrlElicitationParams { .. } => (ElicitationMode::Url, "URL"),
+            _ => {
+                return refuse(format!(
+                    "codemode gateway: an elicitation mode from `{server}` this gateway does not relay"
+                ));
+            }
+        };
+        if !peer.supported_elicitation_modes().contains(&mode) {
+            // The protocol's answer to a method the client does not offer.
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "the MCP client of this run does not support {name} elicitation, so MCP server `{server}` cannot ask its user"
+                ),
+                None,
+            ));
+        }
+        peer.create_elicitation(request).await.map_err(|e| {
+            ErrorData::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("codemode gateway: relaying the elicitation to the client failed: {e}"),
+                None,
+            )
+        })
+    }
+}
