@@ -168,7 +168,7 @@ for (const transport of ["stdio", "http"]) {
         return out;
       `);
       assert.equal(r.status, "completed", JSON.stringify(r).slice(0, 2000));
-      assert.match(r.value.huge, /larger than 16777216 bytes/);
+      assert.match(r.value.huge, /larger than 67108864 bytes/);
       assert.match(r.value.deep, /not valid JSON-RPC \(recursion limit exceeded/);
       assert.match(r.value.nan, /not valid JSON-RPC/);
       assert.match(r.value.wrongId, /with id \d+, which matches no request/);

@@ -78,3 +78,36 @@ for (const form of [undefined, "text", "both"]) {
     });
   });
 }
+
+describe("a 20 MB upstream result by handle", () => {
+  let client;
+  before(async () => {
+    const dir = mkdtempSync(join(tmpdir(), "codemode-handle-"));
+    const path = join(dir, "gateway.json");
+    writeFileSync(path, JSON.stringify({
+      tools: { codeMode: { enabled: true, timeoutMs: 30000 } },
+      mcpServers: { documents: { command: process.execPath, args: [join(servers.annotated, "..", "documents.mjs")] } },
+    }));
+    ({ client } = await connectStdio(path));
+  });
+  after(async () => { await client?.close(); });
+
+  test("the cell reads it in slices inside the default memory limit", async () => {
+    const r = await client.callTool({ name: "exec", arguments: { code: `
+      const doc = await MCP.documents.document({ mb: 20 });
+      let read = 0, seen = -1;
+      for (let at = 0; at < doc.textBytes; at += 1 << 20) {
+        const piece = await doc.text(at, at + (1 << 20));
+        read += piece.length;
+        const i = piece.indexOf("NEEDLE");
+        if (i >= 0) seen = at + i;
+      }
+      const needle = await doc.find("NEEDLE");
+      return { textBytes: doc.textBytes, read, seen, needle, word: await doc.text(needle, needle + 6) };` } }, undefined, { timeout: 60000 });
+    const union = r.structuredContent;
+    assert.equal(union.status, "completed", JSON.stringify(union).slice(0, 1000));
+    assert.deepEqual(union.value, { textBytes: 20 << 20, read: 20 << 20, seen: 19 << 20, needle: 19 << 20, word: "NEEDLE" });
+    const telemetry = r._meta["codemode/telemetry"];
+    assert.ok(telemetry.vmMemoryBytes < 64 << 20, `VM memory ${telemetry.vmMemoryBytes}`);
+  });
+});

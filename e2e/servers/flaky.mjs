@@ -6,7 +6,7 @@
 //   pid()          this process's pid (tells a restart apart)
 //   grow()         registers one more tool and sends tools/list_changed
 //   badReply({ kind }) answers on the wire with a reply the gateway cannot
-//                  use ("huge": 17 MiB, "deep": structuredContent 130 levels,
+//                  use ("huge": 65 MiB, "deep": structuredContent 130 levels,
 //                  "nan": a bare NaN, "wrongId": another request's id), then
 //                  the real answer 300 ms later (which must be dropped)
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
@@ -52,7 +52,7 @@ server.registerTool("badReply", {
   const idText = JSON.stringify(id);
   let line;
   if (kind === "huge") {
-    line = `{"jsonrpc":"2.0","id":${idText},"result":{"content":[{"type":"text","text":"${"x".repeat(17 << 20)}"}]}}`;
+    line = `{"jsonrpc":"2.0","id":${idText},"result":{"content":[{"type":"text","text":"${"x".repeat(65 << 20)}"}]}}`;
   } else if (kind === "deep") {
     line = `{"jsonrpc":"2.0","id":${idText},"result":{"content":[],"structuredContent":{"v":${"[".repeat(130)}1${"]".repeat(130)}}}}`;
   } else if (kind === "nan") {

@@ -89,11 +89,12 @@ fn upstream_behind_oauth_client_credentials_and_login() {
 /// One copy of each result (`e2e/results.test.mjs`): the default
 /// structured form (outputSchema, `structuredContent`, a one-paragraph
 /// text), `text` and `both`, the model's short telemetry and the full one
-/// in `_meta`, model-visible bytes against one copy of the result.
+/// in `_meta`, model-visible bytes against one copy of the result; and a
+/// 20 MB upstream result read by handle in slices.
 #[test]
 fn results_reach_the_client_once_in_each_form() {
     let out = node_suite("results.test.mjs");
-    assert!(out.contains("ℹ pass 6"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 7"), "every scenario ran: {out}");
 }
 
 /// Progress (`e2e/progress.test.mjs`): notifications/progress for an exec

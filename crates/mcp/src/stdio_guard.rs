@@ -170,10 +170,11 @@ where
         let mut line = Vec::new();
         loop {
             line.clear();
-            let (complete, oversized) = match read_line_capped(&mut reader, &mut line).await {
-                Ok(read) => read,
-                Err(_) => break,
-            };
+            let (complete, oversized) =
+                match read_line_capped(&mut reader, &mut line, MAX_LINE_BYTES).await {
+                    Ok(read) => read,
+                    Err(_) => break,
+                };
             if !complete && line.is_empty() && !oversized {
                 break; // end of input
             }
@@ -242,12 +243,12 @@ where
     (sdk_in, sdk_out)
 }
 
-/// Reads one line into `line` (without the newline), keeping at most
-/// [`MAX_LINE_BYTES`] (+ a little for id recovery): `(ended with a newline,
-/// was longer than the cap)`.
+/// Reads one line into `line` (without the newline), keeping at most `cap`
+/// bytes: `(ended with a newline, was longer than the cap)`.
 pub(crate) async fn read_line_capped<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     line: &mut Vec<u8>,
+    cap: usize,
 ) -> std::io::Result<(bool, bool)> {
     let mut oversized = false;
     loop {
@@ -259,7 +260,7 @@ pub(crate) async fn read_line_capped<R: AsyncRead + Unpin>(
             Some(at) => (&buffer[..at], true),
             None => (buffer, false),
         };
-        if line.len() + chunk.len() > MAX_LINE_BYTES {
+        if line.len() + chunk.len() > cap {
             oversized = true;
         } else {
             line.extend_from_slice(chunk);

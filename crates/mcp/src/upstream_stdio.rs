@@ -1,7 +1,7 @@
 //! The transport to a stdio upstream, with a guard on its replies.
 //!
 //! The SDK's own stdio transport drops a line it cannot decode (over
-//! 16 MiB, nested past `serde_json`'s 128 levels, a bare `NaN`, ...) and a
+//! 64 MiB, nested past `serde_json`'s 128 levels, a bare `NaN`, ...) and a
 //! reply whose id matches no request; the call waiting for it then fails
 //! only at the upstream timeout, as "did not answer". Here the child's
 //! stdout is read and decoded by us, so such a reply fails its call at
@@ -33,7 +33,12 @@ use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::stdio_guard::{MAX_LINE_BYTES, read_line_capped, recover_id};
+use crate::stdio_guard::{read_line_capped, recover_id};
+
+/// The largest message an upstream server may send (a tool result of a
+/// large document: the runtime hands results this large to cells as
+/// handles they read in slices).
+pub const MAX_UPSTREAM_MESSAGE_BYTES: usize = 64 << 20;
 
 /// How long a closing server gets to exit after its stdin closed.
 const EXIT_GRACE: Duration = Duration::from_secs(3);
@@ -88,7 +93,7 @@ impl InFlight {
         }
         let problem = if oversized {
             format!(
-                "a message larger than {MAX_LINE_BYTES} bytes (the gateway's limit per message)"
+                "a message larger than {MAX_UPSTREAM_MESSAGE_BYTES} bytes (the gateway's limit per upstream message)"
             )
         } else {
             match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
@@ -248,7 +253,9 @@ async fn read_replies(
     let mut line = Vec::new();
     loop {
         line.clear();
-        let Ok((complete, oversized)) = read_line_capped(&mut reader, &mut line).await else {
+        let Ok((complete, oversized)) =
+            read_line_capped(&mut reader, &mut line, MAX_UPSTREAM_MESSAGE_BYTES).await
+        else {
             break;
         };
         if !complete && line.is_empty() && !oversized {
@@ -395,7 +402,7 @@ mod tests {
         let mut f = in_flight(&[7]);
         let (id, message) = error_of(f.judge("s", br#"{"jsonrpc":"2.0","id":7,"result":{"#, true));
         assert_eq!(id, Some(RequestId::Number(7)));
-        assert!(message.contains("larger than 16777216 bytes"), "{message}");
+        assert!(message.contains("larger than 67108864 bytes"), "{message}");
         let mut f = in_flight(&[8]);
         let (id, _) = error_of(f.judge("s", b"xxxxxxxx", true));
         assert_eq!(id, Some(RequestId::Number(8)));

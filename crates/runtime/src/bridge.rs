@@ -23,23 +23,44 @@ use crate::run_state::{DriveCtx, RunState};
 use crate::session::{McpServerCall, NestedCall, ToolFuture};
 
 /// The settlement delivering a finished nested call to the guest.
-pub(crate) fn settlement(ctx: &DriveCtx, done: Finished) -> (u32, Settlement) {
+pub(crate) fn settlement(
+    ctx: &DriveCtx,
+    state: &mut RunState,
+    done: Finished,
+) -> (u32, Settlement) {
     (
         done.request_id,
-        outcome_settlement(ctx, done.outcome, &done.tool_id),
+        outcome_settlement(ctx, &mut state.handles, done.outcome, &done.tool_id),
     )
 }
 
 pub(crate) fn outcome_settlement(
     ctx: &DriveCtx,
+    handles: &mut crate::handles::ResultHandles,
     outcome: Result<Value, crate::session::ToolCallError>,
     tool_id: &str,
 ) -> Settlement {
-    let max = ctx.inner.options.max_tool_result_bytes;
+    let options = &ctx.inner.options;
+    let max = options.max_tool_result_bytes;
     match outcome {
         Ok(value) => {
             let text = value.to_string();
-            if text.len() > max {
+            if text.len() > options.result_handle_bytes {
+                // Too large to be worth a copy in the VM: a handle.
+                let bytes = text.len();
+                match handles.hold(value, text, options.max_held_result_bytes) {
+                    Ok(descriptor) => Settlement::ResolveJson(descriptor.to_string()),
+                    Err(crate::handles::HoldError::Full { held, needed }) => {
+                        Settlement::reject_with_code(
+                            format!(
+                                "tool {tool_id} returned {bytes} bytes of JSON; this run already holds {held} bytes of large results and this one needs {needed} more, past the run's bound ({} bytes); ask the tool for less",
+                                options.max_held_result_bytes
+                            ),
+                            ErrorCode::NestedToolFailed.as_str(),
+                        )
+                    }
+                }
+            } else if text.len() > max {
                 Settlement::reject_with_code(
                     format!(
                         "tool {tool_id} returned {} bytes of JSON, more than the bridge carries ({max} bytes); ask the tool for less",
@@ -92,7 +113,10 @@ pub(crate) fn handle_request(
             | Method::McpCall
             | Method::McpRequest
             | Method::NsCall
-            | Method::Progress => {}
+            | Method::Progress
+            | Method::HandleText
+            | Method::HandleFind
+            | Method::HandleJson => {}
         }
         BridgeRequest::parse_params(method, &params, &ctx.inner.config)
     });
@@ -151,6 +175,25 @@ pub(crate) fn handle_request(
                     message,
                 });
             Settlement::Resolve(Value::Null)
+        }
+        BridgeRequest::HandleText { id, start, end } => match state.handles.text(id, start, end) {
+            Ok(text) => Settlement::Resolve(Value::String(text)),
+            Err(message) => bad_request(message),
+        },
+        BridgeRequest::HandleFind { id, needle, from } => {
+            match state.handles.find(id, &needle, from) {
+                Ok(at) => Settlement::Resolve(Value::from(at)),
+                Err(message) => bad_request(message),
+            }
+        }
+        BridgeRequest::HandleJson { id } => {
+            match state
+                .handles
+                .json(id, ctx.inner.options.max_tool_result_bytes)
+            {
+                Ok(json) => Settlement::ResolveJson(json),
+                Err(message) => bad_request(message),
+            }
         }
         BridgeRequest::ApiList { prefix } => api_list(state, prefix.as_deref()),
         BridgeRequest::ApiRead { path, range } => api_read(state, &path, range),
@@ -242,7 +285,7 @@ fn start_call(
     state
         .calls
         .start(&ctx.handle, request_id, info, future)
-        .map(|outcome| outcome_settlement(ctx, outcome, &tool_id))
+        .map(|outcome| outcome_settlement(ctx, &mut state.handles, outcome, &tool_id))
 }
 
 /// Starts a nested call of a catalog entry (checked by the caller). A

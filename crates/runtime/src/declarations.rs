@@ -291,6 +291,11 @@ fn render_index(namespace: &McpNamespace) -> String {
          /** `structuredContent` when present, else the JSON parsed from a single text item, else that text;\n\
           * throws (catchable) when the result has `isError`. */\n\
          declare function unwrap<S = unknown>(result: McpToolResult<S>): S;\n\n\
+         /** What a call resolves to instead of its result when the result's JSON is larger than the\n\
+          * runtime's handle size (1 MiB by default): the result stays on the host. `text` slices its text\n\
+          * (byte offsets, at most 1 MiB per slice), `find` searches it, `json()` returns the whole result\n\
+          * when the bridge carries it (4 MiB). */\n\
+         type ResultHandle = {\n  readonly bytes: number;\n  readonly textBytes: number;\n  text(start?: number, end?: number): Promise<string>;\n  find(needle: string, from?: number): Promise<number>;\n  json(): Promise<unknown>;\n};\n\n\
          /** What `MCP.<server>.$api(toolName?, { schema })` returns. */\n\
          type McpApiHeader = {\n  server: string;\n  serverName: string;\n  path: string;\n  declarations: string;\n  tools: { name: string; tool: string; id: string; description: string; inputSchema?: unknown }[];\n};\n\n\
          /** A raw MCP result of resources/list, resources/read, prompts/list or prompts/get. */\n\

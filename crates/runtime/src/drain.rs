@@ -164,7 +164,7 @@ pub(crate) fn drive(
                 outcome,
             }) => {
                 if let Some(done) = state.calls.finish(request_id, outcome) {
-                    ready.push_back(settlement(ctx, done));
+                    ready.push_back(settlement(ctx, state, done));
                 }
             }
             Ok(Msg::Abort) => {

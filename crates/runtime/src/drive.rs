@@ -332,7 +332,9 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
             state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
             Driven::done(aborted_failure())
         } else {
-            ready.extend(arrived.into_iter().map(|f| settlement(&ctx, f)));
+            for finished in arrived {
+                ready.push_back(settlement(&ctx, &mut state, finished));
+            }
             live(&ctx, &mut state, |ctx, state| {
                 drive(ctx, vm, Step::Pending, state, ready)
             })

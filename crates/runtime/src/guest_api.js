@@ -24,6 +24,8 @@
   const ErrorCtor = Error;
   const StringCtor = String;
   const parseJson = JSON.parse;
+  const WeakSetCtor = WeakSet;
+  const promiseThen = Promise.prototype.then;
 
   function yield_control(reason) {
     const r = reason === undefined ? null : StringCtor(reason);
@@ -43,6 +45,45 @@
   }
   defineGlobal("progress", progress);
 
+  // ---- large results by handle ---------------------------------------------
+  // A nested result larger than the runtime's handle size stays on the
+  // host; the call resolves to a handle the cell reads in slices.
+  const HANDLE_KEY = "$codemodeResultHandle";
+  const handles = new WeakSetCtor();
+  const addHandle = WeakSetCtor.prototype.add;
+  const hasHandle = WeakSetCtor.prototype.has;
+  function resultHandle(descriptor) {
+    const id = descriptor[HANDLE_KEY];
+    const handle = createObject(null);
+    handle.bytes = descriptor.bytes;
+    handle.textBytes = descriptor.textBytes;
+    handle.text = named("text", function (start, end) {
+      return hostRequest("handle.text", {
+        id: id,
+        start: start === undefined ? null : start,
+        end: end === undefined ? null : end,
+      });
+    });
+    handle.find = named("find", function (needle, from) {
+      return hostRequest("handle.find", { id: id, needle: needle, from: from === undefined ? null : from });
+    });
+    handle.json = named("json", function () {
+      return hostRequest("handle.json", { id: id });
+    });
+    freeze(handle);
+    addHandle.call(handles, handle);
+    return handle;
+  }
+  /** `promise`, resolving to a handle where the host sent one. */
+  function handled(promise) {
+    return promiseThen.call(promise, maybeHandle);
+  }
+  function maybeHandle(value) {
+    return value !== null && typeof value === "object" && !isArray(value) && typeof value[HANDLE_KEY] === "number"
+      ? resultHandle(value)
+      : value;
+  }
+
   // unwrap(result): what a tool result means, without the MCP envelope:
   // `structuredContent` when present, else the JSON of a single text item
   // (or its text when it is not JSON), else the joined text of text-only
@@ -53,6 +94,9 @@
       : undefined;
   }
   function unwrap(result) {
+    if (result !== null && typeof result === "object" && hasHandle.call(handles, result)) {
+      throw new TypeErrorCtor("unwrap(result): this result is a handle (" + result.bytes + " bytes, kept on the host); read it with result.text(start, end), result.find(needle) or result.json()");
+    }
     if (result === null || typeof result !== "object" || isArray(result)) {
       throw new TypeErrorCtor("unwrap(result) takes an MCP tool result ({ content, structuredContent?, isError? }), got " + describeArgument(result));
     }
@@ -91,7 +135,7 @@
     return hostRequest("describe", { id: id });
   }
   function callTool(id, input) {
-    return hostRequest("call", { id: id, input: input });
+    return handled(hostRequest("call", { id: id, input: input }));
   }
 
   function describeArgument(value) {
@@ -124,7 +168,7 @@
     return function () {
       const problem = objectArgument(label, arguments, null);
       if (problem) return rejected(problem);
-      return send(arguments.length === 0 ? null : arguments[0]);
+      return handled(send(arguments.length === 0 ? null : arguments[0]));
     };
   }
 
@@ -132,7 +176,7 @@
     return function () {
       const problem = objectArgument(label, arguments, required);
       if (problem) return rejected(problem);
-      return hostRequest("mcp.request", { server: serverName, op: op, input: arguments.length === 0 ? null : arguments[0] });
+      return handled(hostRequest("mcp.request", { server: serverName, op: op, input: arguments.length === 0 ? null : arguments[0] }));
     };
   }
 
@@ -180,7 +224,7 @@
     return named(dot < 0 ? path : path.slice(dot + 1), function () {
       const args = [];
       for (let i = 0; i < arguments.length; i++) args.push(arguments[i] === undefined ? null : arguments[i]);
-      return hostRequest("ns.call", { ns: nsId, path: path, args: args });
+      return handled(hostRequest("ns.call", { ns: nsId, path: path, args: args }));
     });
   }
 
@@ -216,7 +260,7 @@
       const id = conveniences[i][1];
       if (name === "search" || name === "describe" || name === "call") continue;
       const send = idRequest("call", id);
-      catalog[name] = { [name](input) { return send(input); } }[name];
+      catalog[name] = { [name](input) { return handled(send(input)); } }[name];
     }
     defineGlobal("tools", freeze(catalog));
     const mcp = createObject(null);

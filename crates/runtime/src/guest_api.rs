@@ -49,11 +49,17 @@ pub(crate) enum Method {
     NsCall,
     /// `progress(value, total?, message?)`.
     Progress,
+    /// A result handle's `text(start?, end?)`.
+    HandleText,
+    /// A result handle's `find(needle, from?)`.
+    HandleFind,
+    /// A result handle's `json()`.
+    HandleJson,
 }
 
 impl Method {
     /// Every method, in the order of the guest API.
-    pub(crate) const ALL: [Method; 11] = [
+    pub(crate) const ALL: [Method; 14] = [
         Method::Yield,
         Method::Search,
         Method::Describe,
@@ -65,6 +71,9 @@ impl Method {
         Method::ApiRead,
         Method::NsCall,
         Method::Progress,
+        Method::HandleText,
+        Method::HandleFind,
+        Method::HandleJson,
     ];
 
     /// Its name on the wire (the string `guest_api.js` sends).
@@ -81,6 +90,9 @@ impl Method {
             Method::ApiRead => "api.read",
             Method::NsCall => "ns.call",
             Method::Progress => "progress",
+            Method::HandleText => "handle.text",
+            Method::HandleFind => "handle.find",
+            Method::HandleJson => "handle.json",
         }
     }
 

@@ -71,6 +71,7 @@ mod drive;
 #[doc(hidden)]
 pub mod fuzzing;
 mod guest_api;
+mod handles;
 mod input;
 mod mcp;
 pub mod namespaces;

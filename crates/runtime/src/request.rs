@@ -28,7 +28,7 @@ pub(crate) const MAX_API_READ_BYTES: usize = 256 * 1024;
 
 /// Params that name something (rather than carry tool input).
 const NAME_FIELDS: &[&str] = &[
-    "id", "name", "query", "path", "uri", "prefix", "server", "tool", "ns",
+    "id", "name", "query", "path", "uri", "prefix", "server", "tool", "ns", "needle",
 ];
 
 /// Why a request is refused before anything runs: its rejection message,
@@ -113,6 +113,20 @@ pub(crate) enum BridgeRequest {
         total: Option<f64>,
         message: Option<String>,
     },
+    /// A result handle's `text(start?, end?)` (byte offsets).
+    HandleText {
+        id: u64,
+        start: usize,
+        end: Option<usize>,
+    },
+    /// A result handle's `find(needle, from?)`.
+    HandleFind {
+        id: u64,
+        needle: String,
+        from: usize,
+    },
+    /// A result handle's `json()`.
+    HandleJson { id: u64 },
     /// `API.list(prefix?)`.
     ApiList { prefix: Option<String> },
     /// `API.read(path, options?)`.
@@ -363,6 +377,47 @@ impl BridgeRequest {
                     value,
                     total,
                     message,
+                }
+            }
+            Method::HandleText | Method::HandleFind | Method::HandleJson => {
+                let offset = |key: &str, what: &str| -> Result<Option<usize>, Refusal> {
+                    match params.get(key) {
+                        None | Some(Value::Null) => Ok(None),
+                        Some(v) => v
+                            .as_u64()
+                            .and_then(|n| usize::try_from(n).ok())
+                            .map(Some)
+                            .ok_or_else(|| {
+                                Refusal::bad_request(format!(
+                                    "{what}: `{key}` must be a whole number of bytes, 0 or more"
+                                ))
+                            }),
+                    }
+                };
+                let Some(id) = params.get("id").and_then(Value::as_u64) else {
+                    return Err(Refusal::bad_request(
+                        "result handle: not a handle of this run",
+                    ));
+                };
+                match method {
+                    Method::HandleText => BridgeRequest::HandleText {
+                        id,
+                        start: offset("start", "result.text(start?, end?)")?.unwrap_or(0),
+                        end: offset("end", "result.text(start?, end?)")?,
+                    },
+                    Method::HandleFind => {
+                        let Some(Value::String(needle)) = params.get("needle") else {
+                            return Err(Refusal::bad_request(
+                                "result.find(needle, from?): needle must be a string",
+                            ));
+                        };
+                        BridgeRequest::HandleFind {
+                            id,
+                            needle: needle.clone(),
+                            from: offset("from", "result.find(needle, from?)")?.unwrap_or(0),
+                        }
+                    }
+                    _ => BridgeRequest::HandleJson { id },
                 }
             }
             Method::ApiList => BridgeRequest::ApiList {

@@ -61,6 +61,8 @@ pub(crate) struct RunState {
     pub(crate) owner: Option<crate::store::Owner>,
     /// The run's plugin namespaces (what their guest calls resolve to).
     pub(crate) namespaces: Option<Arc<crate::namespaces::RunNamespaces>>,
+    /// Large nested results held on the host for the guest's handles.
+    pub(crate) handles: crate::handles::ResultHandles,
 }
 
 impl RunState {
@@ -86,6 +88,7 @@ impl RunState {
             run_tag: RunTag::default(),
             owner: session.owner.get().cloned(),
             namespaces: None,
+            handles: Default::default(),
         }
     }
 }

@@ -44,8 +44,16 @@ pub struct RuntimeOptions {
     /// `runtime_unavailable`.
     pub vm_queue_timeout: Duration,
     /// The largest nested tool result (as JSON) the bridge delivers into a
-    /// VM; larger results reject the call with a clear message.
+    /// VM as a value; larger results reject the call with a clear message
+    /// (unless they are held as handles, see below).
     pub max_tool_result_bytes: usize,
+    /// Nested results whose JSON is larger than this enter the VM as a
+    /// handle (`bytes`, `text(start, end)`, `find`, `json()`) and stay on
+    /// the host.
+    pub result_handle_bytes: usize,
+    /// Bytes of results one run may hold as handles (released with the
+    /// run); past it a large result rejects its call.
+    pub max_held_result_bytes: usize,
 }
 
 impl Default for RuntimeOptions {
@@ -59,6 +67,8 @@ impl Default for RuntimeOptions {
             max_live_vms_per_scope: 16,
             vm_queue_timeout: Duration::from_secs(5),
             max_tool_result_bytes: 4 << 20,
+            result_handle_bytes: 1 << 20,
+            max_held_result_bytes: 128 << 20,
         }
     }
 }
