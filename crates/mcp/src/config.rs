@@ -250,6 +250,9 @@ pub struct GatewayConfig {
     pub auth: Option<AuthConfig>,
     /// `results.form` (default `structured`).
     pub result_form: ResultForm,
+    /// `results.handleBytes`: nested results larger than this (as JSON)
+    /// reach cells as handles (default: the runtime's, 1 MiB).
+    pub result_handle_bytes: Option<usize>,
 }
 
 /// One of `auth.bearerTokens`.
@@ -339,6 +342,7 @@ pub fn parse_config(
     let mut before_tool_call = None;
     let mut auth = None;
     let mut result_form = ResultForm::default();
+    let mut result_handle_bytes = None;
     for (key, value) in object {
         match key.as_str() {
             "tools" => match value {
@@ -371,7 +375,10 @@ pub fn parse_config(
             "approvals" => approvals = parse_approvals(value, env, &mut errors, &mut diagnostics),
             "hooks" => before_tool_call = parse_hooks(value, env, &mut errors, &mut diagnostics),
             "auth" => auth = parse_auth(value, env, &mut errors, &mut diagnostics),
-            "results" => result_form = parse_results(value, &mut errors, &mut diagnostics),
+            "results" => {
+                (result_form, result_handle_bytes) =
+                    parse_results(value, &mut errors, &mut diagnostics);
+            }
             other => diagnostics.push(unknown(other)),
         }
     }
@@ -404,6 +411,7 @@ pub fn parse_config(
                 before_tool_call,
                 auth,
                 result_form,
+                result_handle_bytes,
             },
             diagnostics,
         ))
@@ -416,20 +424,20 @@ fn parse_results(
     value: &Value,
     errors: &mut Vec<ConfigError>,
     diagnostics: &mut Vec<Diagnostic>,
-) -> ResultForm {
+) -> (ResultForm, Option<usize>) {
     let Value::Object(object) = value else {
         errors.push(error(
             "results",
             "expected an object like { form: \"structured\" }",
         ));
-        return ResultForm::default();
+        return (ResultForm::default(), None);
     };
     for key in object.keys() {
-        if key != "form" {
+        if key != "form" && key != "handleBytes" {
             diagnostics.push(unknown(&join("results", key)));
         }
     }
-    match object.get("form") {
+    let form = match object.get("form") {
         None => ResultForm::default(),
         Some(Value::String(form)) => match form.as_str() {
             "structured" => ResultForm::Structured,
@@ -453,7 +461,25 @@ fn parse_results(
             ));
             ResultForm::default()
         }
-    }
+    };
+    const MIN_HANDLE: u64 = 1024;
+    const MAX_HANDLE: u64 = 4 << 20;
+    let handle_bytes = match object.get("handleBytes") {
+        None => None,
+        Some(value) => match value.as_u64() {
+            Some(n) if (MIN_HANDLE..=MAX_HANDLE).contains(&n) => usize::try_from(n).ok(),
+            _ => {
+                errors.push(error(
+                    "results.handleBytes",
+                    &format!(
+                        "expected an integer from {MIN_HANDLE} to {MAX_HANDLE} (results larger than this reach cells as handles; the bridge carries at most {MAX_HANDLE} bytes as a value)"
+                    ),
+                ));
+                None
+            }
+        },
+    };
+    (form, handle_bytes)
 }
 
 fn parse_approvals(
@@ -1522,6 +1548,19 @@ mod tests {
         ] {
             assert!(paths.contains(&path), "{path}: {paths:?}");
         }
+    }
+
+    #[test]
+    fn results_form_and_handle_bytes_parse_and_name_bad_values() {
+        let (config, _) = parse(r#"{ results: { form: "text", handleBytes: 65536 } }"#).unwrap();
+        assert_eq!(config.result_form, ResultForm::Text);
+        assert_eq!(config.result_handle_bytes, Some(65536));
+        let (config, _) = parse("{}").unwrap();
+        assert_eq!(config.result_form, ResultForm::Structured);
+        assert_eq!(config.result_handle_bytes, None);
+        let err = parse(r#"{ results: { form: "xml", handleBytes: 5 } }"#).unwrap_err();
+        let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["results.form", "results.handleBytes"]);
     }
 
     #[test]

@@ -145,7 +145,11 @@ impl Gateway {
         if !code_mode.enabled {
             return Err(GatewayError::Disabled);
         }
-        let runtime = CodeModeRuntime::new(code_mode)?;
+        let mut runtime_options = codemode_runtime::RuntimeOptions::default();
+        if let Some(bytes) = config.result_handle_bytes {
+            runtime_options.result_handle_bytes = bytes;
+        }
+        let runtime = CodeModeRuntime::with_options(code_mode, runtime_options)?;
         let mut policy = config.policy;
         policy.deny.extend(options.policy.deny);
         if options.policy.allow.is_some() {
