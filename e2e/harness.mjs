@@ -62,6 +62,25 @@ async function waitForPort(port, ms = 15000) {
   throw new Error(`nothing listens on port ${port}`);
 }
 
+/** Starts `servers/<script>` (a test server that prints `listening <URL>`
+ * when ready) with extra `env`; returns { child, url }. */
+export async function startListening(script, env = {}) {
+  const child = spawn(process.execPath, [join(here, "servers", script)], {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: { ...process.env, ...env },
+  });
+  const url = await new Promise((resolve, reject) => {
+    let seen = "";
+    child.stdout.on("data", (c) => {
+      seen += c;
+      const m = /listening (\S+)\n/.exec(seen);
+      if (m) resolve(m[1]);
+    });
+    child.on("exit", (code) => reject(new Error(`${script} exited with ${code}`)));
+  });
+  return { child, url };
+}
+
 /** Starts server-everything over streamable HTTP; returns { url, stop }. */
 export async function everythingOverHttp() {
   const port = await freePort();

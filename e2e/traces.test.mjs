@@ -8,11 +8,10 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
-import { spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { connectHttp, exec, servers, startHttpGateway } from "./harness.mjs";
+import { connectHttp, exec, servers, startHttpGateway, startListening } from "./harness.mjs";
 
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN = "00f067aa0ba902b7";
@@ -36,16 +35,8 @@ describe("OpenTelemetry traces", () => {
       });
     });
     await new Promise((resolve) => receiver.listen(0, "127.0.0.1", resolve));
-    traced = spawn(process.execPath, [join(servers.annotated, "..", "traced.mjs")], { stdio: ["ignore", "pipe", "inherit"] });
-    const tracedUrl = await new Promise((resolve, reject) => {
-      let seen = "";
-      traced.stdout.on("data", (c) => {
-        seen += c;
-        const m = /listening (\S+)\n/.exec(seen);
-        if (m) resolve(m[1]);
-      });
-      traced.on("exit", (code) => reject(new Error(`traced.mjs exited with ${code}`)));
-    });
+    let tracedUrl;
+    ({ child: traced, url: tracedUrl } = await startListening("traced.mjs"));
     const dir = mkdtempSync(join(tmpdir(), "codemode-traces-"));
     const config = join(dir, "gateway.json");
     writeFileSync(config, JSON.stringify({

@@ -14,7 +14,7 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync, existsSync } from "
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { BIN, connectStdio, exec, servers } from "./harness.mjs";
+import { BIN, connectStdio, exec, startListening } from "./harness.mjs";
 
 const run = promisify(execFile);
 
@@ -36,19 +36,7 @@ function config(base, secretRef) {
  * gateway must get new ones before they expire. Returns { upstream, base }
  * (`base`: what the server printed). */
 async function startProtected(script = "protected.mjs") {
-  const upstream = spawn(process.execPath, [join(servers.annotated, "..", script)], {
-    stdio: ["ignore", "pipe", "inherit"],
-    env: { ...process.env, TOKEN_TTL_SECONDS: "4" },
-  });
-  const base = await new Promise((resolve, reject) => {
-    let seen = "";
-    upstream.stdout.on("data", (c) => {
-      seen += c;
-      const m = /listening (\S+)\n/.exec(seen);
-      if (m) resolve(m[1]);
-    });
-    upstream.on("exit", (code) => reject(new Error(`the upstream exited with ${code}`)));
-  });
+  const { child: upstream, url: base } = await startListening(script, { TOKEN_TTL_SECONDS: "4" });
   return { upstream, base };
 }
 

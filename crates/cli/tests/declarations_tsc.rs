@@ -254,22 +254,8 @@ fn rendered_declarations_compile_with_the_typescript_compiler() {
     )
     .unwrap();
     paths.push(usage.to_string_lossy().into_owned());
-    let tsc = common::e2e_dir().join("node_modules/typescript/bin/tsc");
-    common::ensure_npm_installed();
-    let mut args: Vec<&str> = vec![
-        tsc.to_str().unwrap(),
-        "--noEmit",
-        "--strict",
-        "--target",
-        "es2022",
-        "--lib",
-        "es2022",
-    ];
-    args.extend(paths.iter().map(String::as_str));
-    let out = std::process::Command::new("node")
-        .args(&args)
-        .output()
-        .unwrap();
+    let files: Vec<std::path::PathBuf> = paths.iter().map(std::path::PathBuf::from).collect();
+    let out = tsc(&files);
     assert!(
         out.status.success(),
         "tsc rejected the declarations:\n{}",

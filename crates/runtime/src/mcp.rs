@@ -114,7 +114,7 @@ const SERVER_MEMBERS: [&str; 3] = ["$api", "resources", "prompts"];
 
 /// Words that cannot name a function in a declaration file, and property
 /// names that would confuse the guest (`then` makes an object thenable).
-const RESERVED: &[&str] = &[
+pub(crate) const RESERVED: &[&str] = &[
     "break",
     "case",
     "catch",

@@ -265,56 +265,6 @@ const RESERVED_GLOBALS: &[&str] = &[
     "arguments",
 ];
 
-/// Words that cannot name a global binding.
-const RESERVED_WORDS: &[&str] = &[
-    "await",
-    "break",
-    "case",
-    "catch",
-    "class",
-    "const",
-    "continue",
-    "debugger",
-    "default",
-    "delete",
-    "do",
-    "else",
-    "enum",
-    "export",
-    "extends",
-    "false",
-    "finally",
-    "for",
-    "function",
-    "if",
-    "implements",
-    "import",
-    "in",
-    "instanceof",
-    "interface",
-    "let",
-    "new",
-    "null",
-    "package",
-    "private",
-    "protected",
-    "public",
-    "return",
-    "static",
-    "super",
-    "switch",
-    "this",
-    "throw",
-    "true",
-    "try",
-    "typeof",
-    "var",
-    "void",
-    "while",
-    "with",
-    "yield",
-];
-
 /// Path segments that could reach a prototype.
 const UNSAFE_SEGMENTS: &[&str] = &["__proto__", "constructor", "prototype"];
 
@@ -341,7 +291,9 @@ fn check_global_name(name: &str) -> Result<(), String> {
             name.chars().take(64).collect::<String>()
         ));
     }
-    if RESERVED_WORDS.contains(&name) {
+    // The words that cannot name a declaration (reserved words, `then`,
+    // `constructor`, ...) cannot name a namespace either.
+    if crate::mcp::RESERVED.contains(&name) {
         return Err(format!("globalName `{name}` is a reserved word"));
     }
     if RESERVED_GLOBALS.contains(&name)
