@@ -40,7 +40,10 @@ describe("progress notifications", () => {
     ));
     assert.equal(r.status, "completed", JSON.stringify(r));
     const messages = seen.map((p) => p.message);
-    assert.ok(messages.includes("looking up (1/3)"), JSON.stringify(messages));
+    // Updates that come faster than one per 100 ms fold into the next one
+    // (the first "looking up" may be folded into "calling ..."): progress
+    // counts them all.
+    assert.ok(seen[0].progress >= 1, JSON.stringify(seen));
     assert.ok(messages.some((m) => /^mcp:everything:trigger-long-running-operation: \d\/4$/.test(m) || m === "calling mcp:everything:trigger-long-running-operation"), JSON.stringify(messages));
     assert.ok(messages.some((m) => /trigger-long-running-operation: [1-4]\/4/.test(m)), `upstream steps relayed: ${JSON.stringify(messages)}`);
     for (let i = 1; i < seen.length; i++) assert.ok(seen[i].progress > seen[i - 1].progress, "progress grows");

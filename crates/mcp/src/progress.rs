@@ -3,7 +3,8 @@
 //! started and finished, upstream progress of nested calls, the cell's
 //! `progress(...)`) become notifications to the client that asked, at most
 //! one per [`MIN_INTERVAL`] (updates in between are folded into the next
-//! one, its message naming the latest). `progress` counts the updates, so
+//! one, its message naming the latest; only the latest is kept, so a cell
+//! reporting in a tight loop costs no memory). `progress` counts the updates, so
 //! it always grows; there is no `total` (a cell's own value and total are
 //! in the message).
 
@@ -13,17 +14,60 @@ use std::time::Duration;
 use codemode_runtime::{ProgressSink, ProgressUpdate};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RoleServer};
-use tokio::sync::mpsc;
 
 /// The least time between two notifications of one call.
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The sink of one `exec`/`wait`: queues updates for the forwarder task,
-/// which sends what is left and ends once every sink is dropped (the call
-/// returned); [`Forwarder::finish`] waits for that before the answer goes
-/// out, so no notification follows it.
+/// What the forwarder has not sent yet: only the latest update is kept
+/// (a cell reporting in a tight loop costs no memory).
+#[derive(Default)]
+struct Pending {
+    /// Updates reported so far (the notifications' `progress`).
+    count: u64,
+    latest: Option<ProgressUpdate>,
+    /// The call returned: send what is left and stop.
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: std::sync::Mutex<Pending>,
+    wake: tokio::sync::Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The sink of one `exec`/`wait`: keeps the latest update for the
+/// forwarder task, which sends it at most every [`MIN_INTERVAL`]; when the
+/// last sink is dropped (the call returned) the forwarder sends what is
+/// left and ends, and [`Forwarder::finish`] waits for that before the
+/// answer goes out, so no notification follows it.
 pub(crate) struct ClientProgress {
-    updates: mpsc::UnboundedSender<ProgressUpdate>,
+    shared: Arc<Shared>,
+}
+
+impl ProgressSink for ClientProgress {
+    fn report(&self, update: ProgressUpdate) {
+        {
+            let mut pending = self.shared.lock();
+            pending.count += 1;
+            pending.latest = Some(update);
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for ClientProgress {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_one();
+    }
 }
 
 /// The task sending one call's notifications.
@@ -43,47 +87,46 @@ impl Forwarder {
     }
 }
 
-impl ProgressSink for ClientProgress {
-    fn report(&self, update: ProgressUpdate) {
-        let _ = self.updates.send(update);
-    }
-}
-
 impl ClientProgress {
     /// Starts forwarding to `peer` under `token`.
     pub(crate) fn start(
         peer: Peer<RoleServer>,
         token: ProgressToken,
     ) -> (Arc<ClientProgress>, Forwarder) {
-        let (updates, mut rx) = mpsc::unbounded_channel::<ProgressUpdate>();
-        let forwarder = tokio::spawn(async move {
-            let mut count: u64 = 0;
-            let mut last_sent: Option<tokio::time::Instant> = None;
-            while let Some(first) = rx.recv().await {
-                count += 1;
-                let mut latest = first;
-                // Fold what arrives before the interval is over.
-                if let Some(at) = last_sent {
-                    let until = at + MIN_INTERVAL;
-                    loop {
-                        tokio::select! {
-                            more = rx.recv() => match more {
-                                Some(update) => { count += 1; latest = update; }
-                                None => break,
-                            },
-                            _ = tokio::time::sleep_until(until) => break,
+        let shared = Arc::new(Shared::default());
+        let forwarder = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                loop {
+                    shared.wake.notified().await;
+                    let (count, latest, closed) = {
+                        let mut pending = shared.lock();
+                        (pending.count, pending.latest.take(), pending.closed)
+                    };
+                    if let Some(update) = latest {
+                        let mut params =
+                            ProgressNotificationParam::new(token.clone(), count as f64);
+                        params.message = Some(message(&update));
+                        if peer.notify_progress(params).await.is_err() {
+                            return;
                         }
                     }
+                    if closed {
+                        return;
+                    }
+                    // Updates in this interval fold into the next one.
+                    tokio::time::sleep(MIN_INTERVAL).await;
+                    let done = {
+                        let pending = shared.lock();
+                        pending.closed && pending.latest.is_none()
+                    };
+                    if done {
+                        return;
+                    }
                 }
-                let mut params = ProgressNotificationParam::new(token.clone(), count as f64);
-                params.message = Some(message(&latest));
-                if peer.notify_progress(params).await.is_err() {
-                    return;
-                }
-                last_sent = Some(tokio::time::Instant::now());
-            }
-        });
-        (Arc::new(ClientProgress { updates }), Forwarder(forwarder))
+            })
+        };
+        (Arc::new(ClientProgress { shared }), Forwarder(forwarder))
     }
 }
 
