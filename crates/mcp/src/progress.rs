@@ -70,19 +70,25 @@ impl Drop for ClientProgress {
     }
 }
 
-/// The task sending one call's notifications.
-pub(crate) struct Forwarder(tokio::task::JoinHandle<()>);
+/// The task sending one call's notifications; it ends telling whether its
+/// last act was a notification (the call's answer must not overtake it).
+pub(crate) struct Forwarder(tokio::task::JoinHandle<bool>);
+
+/// How long the answer waits after a last notification: the official
+/// TypeScript client dispatches notifications a tick later than
+/// responses, so one that arrives in the same read as the answer would
+/// find its call gone.
+const ANSWER_AFTER: Duration = Duration::from_millis(20);
 
 impl Forwarder {
     /// Waits (briefly) until the last notification is out; a client that
     /// does not read is not waited for.
     pub(crate) async fn finish(self) {
         let mut task = self.0;
-        if tokio::time::timeout(Duration::from_millis(250), &mut task)
-            .await
-            .is_err()
-        {
-            task.abort();
+        match tokio::time::timeout(Duration::from_millis(250), &mut task).await {
+            Ok(Ok(true)) => tokio::time::sleep(ANSWER_AFTER).await,
+            Ok(_) => {}
+            Err(_) => task.abort(),
         }
     }
 }
@@ -103,16 +109,17 @@ impl ClientProgress {
                         let mut pending = shared.lock();
                         (pending.count, pending.latest.take(), pending.closed)
                     };
+                    let sent = latest.is_some();
                     if let Some(update) = latest {
                         let mut params =
                             ProgressNotificationParam::new(token.clone(), count as f64);
                         params.message = Some(message(&update));
                         if peer.notify_progress(params).await.is_err() {
-                            return;
+                            return false;
                         }
                     }
                     if closed {
-                        return;
+                        return sent;
                     }
                     // Updates in this interval fold into the next one.
                     tokio::time::sleep(MIN_INTERVAL).await;
@@ -121,7 +128,7 @@ impl ClientProgress {
                         pending.closed && pending.latest.is_none()
                     };
                     if done {
-                        return;
+                        return false;
                     }
                 }
             })
