@@ -97,12 +97,11 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
             // cell code runs; a refused scope fails the exec.
             let context = match run_namespaces(session, &state) {
                 Ok(namespaces) => {
-                    let context = namespaces.as_ref().map(|n| {
-                        crate::guest_api::with_namespaces(
-                            state.catalog.guest_context(),
-                            &n.descriptors,
-                        )
-                    });
+                    let context = crate::guest_api::with_run_fields(
+                        state.catalog.guest_context(),
+                        state.handles.nonce(),
+                        namespaces.as_ref().map(|n| &n.descriptors),
+                    );
                     state.namespaces = namespaces;
                     context
                 }
@@ -127,12 +126,10 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 // Registered before the first burst, so abort and
                 // cancellation reach a cell that never yields.
                 let driven = live(&ctx, &mut state, |ctx, state| {
-                    let catalog = Arc::clone(&state.catalog);
-                    let context = context.as_deref().unwrap_or(catalog.guest_context());
                     match ctx
                         .inner
                         .sandbox
-                        .start_with_context(&code, context, &ctx.limits)
+                        .start_with_context(&code, &context, &ctx.limits)
                     {
                         Ok((vm, step)) => drive(ctx, vm, step, state, VecDeque::new()),
                         Err(e) => Driven::done(host_failure(&e)),

@@ -49,6 +49,9 @@
   // A nested result larger than the runtime's handle size stays on the
   // host; the call resolves to a handle the cell reads in slices.
   const HANDLE_KEY = "$codemodeResultHandle";
+  // Set per run from the host's context: only descriptors carrying it are
+  // handles (a tool's own JSON cannot know it).
+  let handleNonce = null;
   const handles = new WeakSetCtor();
   const addHandle = WeakSetCtor.prototype.add;
   const hasHandle = WeakSetCtor.prototype.has;
@@ -79,7 +82,8 @@
     return promiseThen.call(promise, maybeHandle);
   }
   function maybeHandle(value) {
-    return value !== null && typeof value === "object" && !isArray(value) && typeof value[HANDLE_KEY] === "number"
+    return value !== null && typeof value === "object" && !isArray(value) &&
+      typeof value[HANDLE_KEY] === "number" && handleNonce !== null && value.nonce === handleNonce
       ? resultHandle(value)
       : value;
   }
@@ -246,6 +250,7 @@
 
   function installRunGlobals(ctx) {
     const valid = ctx !== null && typeof ctx === "object";
+    handleNonce = valid && typeof ctx.handleNonce === "string" ? ctx.handleNonce : null;
     const entries = valid && isArray(ctx.tools) ? ctx.tools : [];
     const all = [];
     for (let i = 0; i < entries.length; i++) all.push(freeze(entries[i]));

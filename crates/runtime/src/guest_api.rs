@@ -179,16 +179,30 @@ pub(crate) fn run_context(
     .to_string()
 }
 
-/// `context` (a run context's JSON object) with the run's plugin
-/// namespaces (`[[globalName, id, tree], ...]`) added.
-pub(crate) fn with_namespaces(context: &str, namespaces: &Value) -> String {
-    match serde_json::from_str::<Value>(context) {
-        Ok(Value::Object(mut map)) => {
-            map.insert("namespaces".into(), namespaces.clone());
-            Value::Object(map).to_string()
-        }
-        _ => context.to_owned(),
+/// `context` (a run context's JSON object, as the catalog made it) with
+/// the fields of one run: the nonce its result handles carry (so a tool's
+/// own JSON can never pass for a handle) and its plugin namespaces
+/// (`[[globalName, id, tree], ...]`). Spliced in as text: the catalog's
+/// context can be large and is not parsed again.
+pub(crate) fn with_run_fields(
+    context: &str,
+    handle_nonce: &str,
+    namespaces: Option<&Value>,
+) -> String {
+    let Some(body) = context.trim_end().strip_suffix('}') else {
+        return context.to_owned();
+    };
+    let mut out = String::with_capacity(context.len() + 64);
+    out.push_str(body);
+    // Every context is a non-empty object (`{"tools":...}`).
+    out.push_str(",\"handleNonce\":");
+    out.push_str(&Value::String(handle_nonce.to_owned()).to_string());
+    if let Some(namespaces) = namespaces {
+        out.push_str(",\"namespaces\":");
+        out.push_str(&namespaces.to_string());
     }
+    out.push('}');
+    out
 }
 
 #[cfg(test)]
@@ -241,6 +255,22 @@ mod tests {
             .collect();
         let parsed: BTreeSet<&str> = McpOp::ALL.iter().map(|op| op.as_str()).collect();
         assert_eq!(sent, parsed, "guest_api.js and guest_api::McpOp disagree");
+    }
+
+    #[test]
+    fn run_fields_are_spliced_into_the_context() {
+        let out = with_run_fields(
+            EMPTY_CONTEXT,
+            "n0nce",
+            Some(&json!([["Issues", "id", {"j": 1}]])),
+        );
+        let parsed: Value = serde_json::from_str(&out).unwrap_or_default();
+        assert_eq!(parsed["handleNonce"], "n0nce");
+        assert_eq!(parsed["namespaces"][0][0], "Issues");
+        assert_eq!(parsed["tools"], json!([]));
+        let plain: Value =
+            serde_json::from_str(&with_run_fields(EMPTY_CONTEXT, "x", None)).unwrap_or_default();
+        assert!(plain.get("namespaces").is_none());
     }
 
     #[test]

@@ -85,10 +85,26 @@ fn single_text(item: &Value) -> Option<&str> {
 }
 
 /// The results a run holds.
-#[derive(Default)]
 pub(crate) struct ResultHandles {
     held: Vec<Arc<HeldResult>>,
     bytes: usize,
+    /// Carried by this run's descriptors and known to its guest only: a
+    /// tool's own JSON with the handle key is never taken for a handle.
+    nonce: String,
+}
+
+impl Default for ResultHandles {
+    fn default() -> Self {
+        ResultHandles {
+            held: Vec::new(),
+            bytes: 0,
+            nonce: format!(
+                "{:016x}{:016x}",
+                codemode_sandbox::random_u64(),
+                codemode_sandbox::random_u64()
+            ),
+        }
+    }
 }
 
 /// Why a result cannot be held.
@@ -98,6 +114,11 @@ pub(crate) enum HoldError {
 }
 
 impl ResultHandles {
+    /// The run's handle nonce (in its guest context).
+    pub(crate) fn nonce(&self) -> &str {
+        &self.nonce
+    }
+
     /// Holds `value` (its JSON already made) and returns the descriptor
     /// the guest API turns into a handle.
     pub(crate) fn hold(
@@ -118,6 +139,7 @@ impl ResultHandles {
         let id = self.held.len();
         let descriptor = json!({
             HANDLE_KEY: id,
+            "nonce": self.nonce,
             "bytes": held.json_len,
             "textBytes": held.text().len(),
         });
