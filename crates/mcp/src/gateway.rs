@@ -205,6 +205,11 @@ impl Gateway {
         };
         let approver = ClientApprover::new(self.shared.operator_approvals, self.shared.approvals);
         let peer = Arc::clone(&approver.peer);
+        // The version before the catalog: if a server connects in between,
+        // the session holds a newer catalog under an older version (and
+        // refreshes once more), never an older catalog under a newer one
+        // (which no refresh would ever replace).
+        let catalog_version = self.shared.upstreams.version();
         let mut session = self
             .shared
             .runtime
@@ -241,7 +246,7 @@ impl Gateway {
             id,
             session,
             peer,
-            catalog_version: AtomicU64::new(self.shared.upstreams.version()),
+            catalog_version: AtomicU64::new(catalog_version),
             ended: self.shared.shutdown.child_token(),
         }
     }
