@@ -114,6 +114,11 @@ pub(crate) enum HoldError {
 }
 
 impl ResultHandles {
+    /// Bytes of the results held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// The run's handle nonce (in its guest context).
     pub(crate) fn nonce(&self) -> &str {
         &self.nonce

@@ -24,6 +24,14 @@ pub(crate) struct SuspendedRun {
 
 /// Who a run belongs to beyond its session, and how many suspended runs
 /// that owner may hold in all.
+impl SuspendedRun {
+    /// Memory the waiting run holds: its snapshot and the large results
+    /// it keeps as handles (both count against the store's byte bounds).
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.snapshot.size_bytes() + self.state.handles.bytes()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Owner {
     pub(crate) name: Arc<str>,
@@ -183,7 +191,7 @@ impl RunStore {
         self.lock()
             .values()
             .map(|s| match s {
-                Slot::Waiting(run) => run.snapshot.size_bytes(),
+                Slot::Waiting(run) => run.held_bytes(),
                 _ => 0,
             })
             .sum()
@@ -218,7 +226,7 @@ impl RunStore {
         slots
             .filter_map(|slot| match slot {
                 Slot::Waiting(run) if scope.is_none_or(|s| run.state.scope == *s) => {
-                    Some(run.snapshot.size_bytes())
+                    Some(run.held_bytes())
                 }
                 _ => None,
             })
@@ -239,7 +247,7 @@ impl RunStore {
         let mut runs = self.lock();
         let expired = RunStore::sweep(&mut runs, Instant::now());
         let limits = self.limits;
-        let needed = run.snapshot.size_bytes();
+        let needed = run.held_bytes();
         let scope = run.state.scope.clone();
         let held = RunStore::held_bytes(runs.values(), None);
         if held.saturating_add(needed) > limits.max_bytes {

@@ -161,3 +161,25 @@ async fn held_bytes_are_bounded_per_run_and_slices_are_checked() {
         "{r}"
     );
 }
+
+/// A waiting run's held results count against the store's byte bounds,
+/// like its snapshot: many suspended runs cannot each keep 128 MiB.
+#[tokio::test]
+async fn held_results_count_against_the_store_bounds_of_waiting_runs() {
+    let s = session(RuntimeOptions {
+        max_store_bytes_per_scope: 16 << 20,
+        ..RuntimeOptions::default()
+    });
+    let r = exec(
+        &s,
+        "const doc = await tools.big({}); await yield_control(); return doc.textBytes",
+    )
+    .await;
+    assert_eq!(r["status"], "failed", "{r}");
+    assert_eq!(r["code"], "snapshot_limit_exceeded", "{r}");
+    let small = exec(&s, "await yield_control(); return 1").await;
+    assert_eq!(
+        small["status"], "waiting",
+        "a run without held results still suspends: {small}"
+    );
+}
