@@ -29,7 +29,9 @@ use xtask::{GUEST_HASH_FILE, GUEST_WASM, guest_source_hash, workspace_root};
 const TARGET: &str = "wasm32-wasip1";
 const CLANG: &str = "clang-19";
 const LLVM_AR: &str = "llvm-ar-19";
-const DEBIAN_PACKAGES: &[&str] = &["clang-19", "llvm-19", "lld-19", "wasi-libc"];
+const DEBIAN_PACKAGES: &[&str] = &["clang-19", "llvm-19", "lld-19", "wasi-libc", "redis-server"];
+/// The shared run store's tests start their own `redis-server`s from it.
+const REDIS_SERVER: &str = "redis-server";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -84,7 +86,7 @@ fn install_prerequisites() -> Result<()> {
         run(Command::new("rustup").args(["target", "add", TARGET]))?;
     }
     let wasi_libc = Path::new("/usr/lib/wasm32-wasi/libc.a").exists();
-    if !have(CLANG) || !have(LLVM_AR) || !wasi_libc {
+    if !have(CLANG) || !have(LLVM_AR) || !wasi_libc || !have(REDIS_SERVER) {
         run(Command::new("apt-get").arg("update"))?;
         run(Command::new("apt-get")
             .args(["install", "-y", "--no-install-recommends"])

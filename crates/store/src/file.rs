@@ -1,0 +1,493 @@
+//! The embedded durable store: one redb file (the gateway's default is
+//! `runs.db` in its data directory).
+//!
+//! redb locks the file for one process, so this process is the only one
+//! that runs nested calls for these runs: a run claimed or a call started by
+//! another instance id was claimed or started by a process that died. A
+//! write that must survive SIGKILL (a run stored, a claim, a call's result)
+//! commits with fsync; forgetting a run does not need to (a run that
+//! reappears after a crash is still marked as claimed, so it is refused, not
+//! replayed).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::PoisonError;
+use std::time::Duration;
+
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+};
+
+use crate::notify::Notifier;
+use crate::{
+    ANY_OWNER, Bounds, Claimed, RunBackend, StoreError, StoreStats, new_instance_id, now_ms,
+};
+
+/// run id → header + record.
+const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
+/// (run id, request id) → outcome.
+const RESULTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("results");
+/// run id → when it expired (ms), so a late `wait` hears "expired", not
+/// "unknown"; kept for [`TOMBSTONE_MS`].
+const EXPIRED: TableDefinition<&str, u64> = TableDefinition::new("expired");
+const TOMBSTONE_MS: u64 = 3_600_000;
+
+/// A run's place in the store, before its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Header {
+    resuming: bool,
+    generation: u64,
+    expires_ms: u64,
+    owner: String,
+    /// The process that stored or claimed it.
+    instance: String,
+}
+
+impl Header {
+    fn encode(&self, record: &[u8]) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(record.len() + self.owner.len() + self.instance.len() + 32);
+        out.push(u8::from(self.resuming));
+        out.extend_from_slice(&self.generation.to_le_bytes());
+        out.extend_from_slice(&self.expires_ms.to_le_bytes());
+        for text in [&self.owner, &self.instance] {
+            out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+            out.extend_from_slice(text.as_bytes());
+        }
+        out.extend_from_slice(record);
+        out
+    }
+
+    /// The header and where the record starts; `None` for damaged bytes.
+    fn decode(bytes: &[u8]) -> Option<(Header, usize)> {
+        let resuming = *bytes.first()? != 0;
+        let generation = u64::from_le_bytes(bytes.get(1..9)?.try_into().ok()?);
+        let expires_ms = u64::from_le_bytes(bytes.get(9..17)?.try_into().ok()?);
+        let mut at = 17;
+        let mut texts = Vec::with_capacity(2);
+        for _ in 0..2 {
+            let len = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
+            at += 4;
+            let text = std::str::from_utf8(bytes.get(at..at.checked_add(len)?)?).ok()?;
+            texts.push(text.to_owned());
+            at += len;
+        }
+        let instance = texts.pop()?;
+        let owner = texts.pop()?;
+        Some((
+            Header {
+                resuming,
+                generation,
+                expires_ms,
+                owner,
+                instance,
+            },
+            at,
+        ))
+    }
+}
+
+/// Counts kept in memory (one process owns the file, so they stay true).
+#[derive(Default)]
+struct Held {
+    runs: u64,
+    bytes: u64,
+    /// Run id → bytes, to update `bytes` on replace and remove.
+    sizes: std::collections::HashMap<String, u64>,
+}
+
+/// The embedded durable run store.
+pub struct FileBackend {
+    db: Database,
+    path: PathBuf,
+    instance: String,
+    held: Mutex<Held>,
+    notifier: Notifier,
+}
+
+impl FileBackend {
+    /// Opens (or creates) the store at `path`, creating its directory.
+    ///
+    /// # Errors
+    /// `Unavailable` when the file cannot be opened: another process holds
+    /// it, it is not a redb file, or the directory cannot be made.
+    pub fn open(path: &Path) -> Result<FileBackend, StoreError> {
+        let store = format!("file:{}", path.display());
+        let unavailable = |reason: String| StoreError::Unavailable {
+            store: store.clone(),
+            reason,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| unavailable(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let db = Database::create(path).map_err(|e| {
+            unavailable(match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => {
+                    "another process has it open (one gateway per file store; use redis:// to share runs between processes)".into()
+                }
+                other => other.to_string(),
+            })
+        })?;
+        let backend = FileBackend {
+            db,
+            path: path.to_owned(),
+            instance: new_instance_id(),
+            held: Mutex::default(),
+            notifier: Notifier::default(),
+        };
+        backend.init()?;
+        Ok(backend)
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn unavailable(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Unavailable {
+            store: self.describe(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// Creates the tables and counts what the file holds.
+    fn init(&self) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(|e| self.unavailable(e))?;
+        {
+            txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+            txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
+        }
+        txn.commit().map_err(|e| self.unavailable(e))?;
+        let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+        let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+        let mut held = self.held();
+        for entry in runs.iter().map_err(|e| self.unavailable(e))? {
+            let (id, value) = entry.map_err(|e| self.unavailable(e))?;
+            let bytes = value.value().len() as u64;
+            held.runs += 1;
+            held.bytes += bytes;
+            held.sizes.insert(id.value().to_owned(), bytes);
+        }
+        Ok(())
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self, durability: Durability) -> Result<redb::WriteTransaction, StoreError> {
+        let mut txn = self.db.begin_write().map_err(|e| self.unavailable(e))?;
+        txn.set_durability(durability)
+            .map_err(|e| self.unavailable(e))?;
+        Ok(txn)
+    }
+
+    fn results_of(
+        &self,
+        table: &impl ReadableTable<(&'static str, u32), &'static [u8]>,
+        run_id: &str,
+    ) -> Result<Vec<(u32, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        for entry in table
+            .range((run_id, 0)..=(run_id, u32::MAX))
+            .map_err(|e| self.unavailable(e))?
+        {
+            let (key, value) = entry.map_err(|e| self.unavailable(e))?;
+            out.push((key.value().1, value.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn remove_in(
+        &self,
+        txn: &redb::WriteTransaction,
+        run_id: &str,
+        held: &mut Held,
+    ) -> Result<(), StoreError> {
+        let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+        runs.remove(run_id).map_err(|e| self.unavailable(e))?;
+        let mut results = txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+        let keys: Vec<u32> = self
+            .results_of(&results, run_id)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        for key in keys {
+            results
+                .remove((run_id, key))
+                .map_err(|e| self.unavailable(e))?;
+        }
+        if let Some(bytes) = held.sizes.remove(run_id) {
+            held.runs -= 1;
+            held.bytes -= bytes;
+        }
+        Ok(())
+    }
+}
+
+impl RunBackend for FileBackend {
+    fn describe(&self) -> String {
+        format!("file:{}", self.path.display())
+    }
+
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    fn put(
+        &self,
+        run_id: &str,
+        owner: &str,
+        record: &[u8],
+        ttl: Duration,
+        bounds: Bounds,
+    ) -> Result<u64, StoreError> {
+        self.expire()?;
+        let mut held = self.held();
+        let txn = self.write(Durability::Immediate)?;
+        let generation = {
+            let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            let previous = runs
+                .get(run_id)
+                .map_err(|e| self.unavailable(e))?
+                .and_then(|v| Header::decode(v.value()).map(|(h, _)| h.generation));
+            let header = Header {
+                resuming: false,
+                generation: previous.unwrap_or(0) + 1,
+                expires_ms: now_ms().saturating_add(ttl.as_millis() as u64),
+                owner: owner.to_owned(),
+                instance: self.instance.clone(),
+            };
+            let value = header.encode(record);
+            let size = value.len() as u64;
+            let before = held.sizes.get(run_id).copied();
+            if before.is_none() && held.runs as usize >= bounds.max_runs {
+                return Err(StoreError::Full {
+                    limit: bounds.max_runs,
+                });
+            }
+            let after = held.bytes - before.unwrap_or(0) + size;
+            if after > bounds.max_bytes {
+                return Err(StoreError::BytesFull {
+                    limit: bounds.max_bytes,
+                    held: held.bytes,
+                    needed: size.saturating_sub(before.unwrap_or(0)),
+                });
+            }
+            runs.insert(run_id, value.as_slice())
+                .map_err(|e| self.unavailable(e))?;
+            held.sizes.insert(run_id.to_owned(), size);
+            held.runs += u64::from(before.is_none());
+            held.bytes = after;
+            header.generation
+        };
+        txn.commit().map_err(|e| self.unavailable(e))?;
+        Ok(generation)
+    }
+
+    fn claim(&self, run_id: &str, owner: &str) -> Result<Claimed, StoreError> {
+        let mut held = self.held();
+        let txn = self.write(Durability::Immediate)?;
+        let claimed = {
+            let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            let value = match runs.get(run_id).map_err(|e| self.unavailable(e))? {
+                Some(v) => v.value().to_vec(),
+                None => {
+                    let expired = txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
+                    let known = expired.get(run_id).map_err(|e| self.unavailable(e))?;
+                    return Err(if known.is_some() {
+                        StoreError::Expired
+                    } else {
+                        StoreError::Unknown
+                    });
+                }
+            };
+            let (mut header, at) =
+                Header::decode(&value).ok_or_else(|| self.unavailable("a damaged run record"))?;
+            if header.expires_ms <= now_ms() {
+                drop(runs);
+                self.remove_in(&txn, run_id, &mut held)?;
+                txn.open_table(EXPIRED)
+                    .map_err(|e| self.unavailable(e))?
+                    .insert(run_id, now_ms())
+                    .map_err(|e| self.unavailable(e))?;
+                txn.commit().map_err(|e| self.unavailable(e))?;
+                return Err(StoreError::Expired);
+            }
+            if header.owner != ANY_OWNER && header.owner != owner {
+                return Err(StoreError::OtherOwner);
+            }
+            if header.resuming {
+                return Err(if self.instance_alive(&header.instance) {
+                    StoreError::Busy {
+                        instance: header.instance,
+                    }
+                } else {
+                    StoreError::Interrupted {
+                        instance: header.instance,
+                    }
+                });
+            }
+            header.resuming = true;
+            header.instance = self.instance.clone();
+            let record = value[at..].to_vec();
+            runs.insert(run_id, header.encode(&record).as_slice())
+                .map_err(|e| self.unavailable(e))?;
+            let results = txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+            Claimed {
+                record,
+                generation: header.generation,
+                results: self.results_of(&results, run_id)?,
+            }
+        };
+        txn.commit().map_err(|e| self.unavailable(e))?;
+        Ok(claimed)
+    }
+
+    fn remove(&self, run_id: &str) -> Result<(), StoreError> {
+        let mut held = self.held();
+        let txn = self.write(Durability::None)?;
+        self.remove_in(&txn, run_id, &mut held)?;
+        txn.commit().map_err(|e| self.unavailable(e))
+    }
+
+    fn put_result(&self, run_id: &str, request_id: u32, outcome: &[u8]) -> Result<(), StoreError> {
+        {
+            let _held = self.held();
+            let txn = self.write(Durability::Immediate)?;
+            {
+                // Only for a run the store still has: a late result of a
+                // finished run must not linger.
+                let runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+                if runs.get(run_id).map_err(|e| self.unavailable(e))?.is_none() {
+                    return Ok(());
+                }
+                let mut results = txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+                results
+                    .insert((run_id, request_id), outcome)
+                    .map_err(|e| self.unavailable(e))?;
+            }
+            txn.commit().map_err(|e| self.unavailable(e))?;
+        }
+        self.notifier.notify(run_id);
+        Ok(())
+    }
+
+    fn await_result(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.notifier
+            .wait_for(run_id, timeout, Duration::from_secs(1), || {
+                let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+                let results = read.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+                let value = results
+                    .get((run_id, request_id))
+                    .map_err(|e| self.unavailable(e))?;
+                Ok(value.map(|v| v.value().to_vec()))
+            })
+    }
+
+    fn instance_alive(&self, instance: &str) -> bool {
+        // The file is locked to this process: any other instance is gone.
+        instance == self.instance
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+        let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+        let mut stats = StoreStats::default();
+        for entry in runs.iter().map_err(|e| self.unavailable(e))? {
+            let (_, value) = entry.map_err(|e| self.unavailable(e))?;
+            let value = value.value();
+            stats.bytes += value.len() as u64;
+            match Header::decode(value) {
+                Some((h, _)) if h.resuming => stats.resuming += 1,
+                _ => stats.waiting += 1,
+            }
+        }
+        let results = read.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+        stats.results = results.len().map_err(|e| self.unavailable(e))?;
+        Ok(stats)
+    }
+
+    fn expire(&self) -> Result<usize, StoreError> {
+        let now = now_ms();
+        let expired: Vec<String> = {
+            let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+            let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            let mut out = Vec::new();
+            for entry in runs.iter().map_err(|e| self.unavailable(e))? {
+                let (id, value) = entry.map_err(|e| self.unavailable(e))?;
+                if Header::decode(value.value()).is_none_or(|(h, _)| h.expires_ms <= now) {
+                    out.push(id.value().to_owned());
+                }
+            }
+            out
+        };
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        let mut held = self.held();
+        let txn = self.write(Durability::None)?;
+        {
+            let mut tombstones = txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
+            let old: Vec<String> = tombstones
+                .iter()
+                .map_err(|e| self.unavailable(e))?
+                .filter_map(Result::ok)
+                .filter(|(_, when)| when.value().saturating_add(TOMBSTONE_MS) < now)
+                .map(|(id, _)| id.value().to_owned())
+                .collect();
+            for id in old {
+                tombstones
+                    .remove(id.as_str())
+                    .map_err(|e| self.unavailable(e))?;
+            }
+            for id in &expired {
+                tombstones
+                    .insert(id.as_str(), now)
+                    .map_err(|e| self.unavailable(e))?;
+            }
+        }
+        for id in &expired {
+            self.remove_in(&txn, id, &mut held)?;
+        }
+        txn.commit().map_err(|e| self.unavailable(e))?;
+        tracing::info!(
+            event = "discarded",
+            runs = expired.len(),
+            store = %self.describe(),
+            "suspended runs expired (snapshotTtlSeconds): records discarded"
+        );
+        Ok(expired.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_and_damaged_ones_are_refused() {
+        let h = Header {
+            resuming: true,
+            generation: 7,
+            expires_ms: 123,
+            owner: "principal:alice".into(),
+            instance: "12-ab".into(),
+        };
+        let bytes = h.encode(b"record");
+        let (back, at) = Header::decode(&bytes).expect("decodes");
+        assert_eq!(back, h);
+        assert_eq!(&bytes[at..], b"record");
+        for cut in 0..at {
+            assert!(Header::decode(&bytes[..cut]).is_none(), "cut at {cut}");
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Where suspended code-mode runs are kept beyond one process: the
+//! [`RunBackend`] interface and its durable backends, an embedded file
+//! ([`FileBackend`], redb) and Redis ([`RedisBackend`]).
+//!
+//! A backend stores opaque bytes. It knows who owns a run (an owner key
+//! the runtime makes), whether the run waits or is being resumed and by
+//! which process, when it expires, and the results of its nested calls
+//! that arrived while it waited. It knows nothing of snapshots, calls or
+//! the result union: the runtime (`codemode-runtime`) encodes those.
+//!
+//! Every backend keeps the same contract, pinned by one test suite run
+//! against each (`tests/contract.rs`):
+//! - a run is claimed for resuming by at most one process at a time
+//!   ([`RunBackend::claim`] is atomic); a claim by a process that died is
+//!   reported as [`StoreError::Interrupted`], never handed out again (the
+//!   resume may have started nested calls: replaying it could repeat them);
+//! - bounds on the number of runs and their bytes hold over everything the
+//!   backend holds ([`Bounds`]), and a run past its TTL is gone
+//!   ([`StoreError::Expired`]);
+//! - a result written with [`RunBackend::put_result`] wakes every process
+//!   waiting for it in [`RunBackend::await_result`], without polling.
+
+use std::time::Duration;
+
+mod file;
+mod notify;
+mod redis_backend;
+
+pub use file::FileBackend;
+pub use redis_backend::RedisBackend;
+
+/// The owner key that lets anyone holding the run id resume the run
+/// (stateless requests without authentication: the id is the capability).
+pub const ANY_OWNER: &str = "*";
+
+/// Why the store refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// No such run (it finished, was removed, or never existed).
+    #[error("no such run")]
+    Unknown,
+    /// The run outlived its TTL.
+    #[error("the run expired")]
+    Expired,
+    /// Another `wait` (in `instance`) is resuming the run now.
+    #[error("the run is being resumed by {instance}")]
+    Busy {
+        /// The process resuming it.
+        instance: String,
+    },
+    /// The process that was resuming the run died: what it did since
+    /// is unknown, so the run cannot be resumed again.
+    #[error("the process resuming the run ({instance}) stopped before it finished")]
+    Interrupted {
+        /// The process that died.
+        instance: String,
+    },
+    /// The run belongs to another owner.
+    #[error("the run belongs to another owner")]
+    OtherOwner,
+    /// The store holds `limit` runs.
+    #[error("the store holds its maximum of {limit} runs")]
+    Full {
+        /// The bound.
+        limit: usize,
+    },
+    /// The store's bytes would pass `limit`.
+    #[error("the store holds {held} bytes and this run needs {needed} more, past {limit}")]
+    BytesFull {
+        /// The bound.
+        limit: u64,
+        /// Bytes held now.
+        held: u64,
+        /// Bytes this run adds.
+        needed: u64,
+    },
+    /// The store cannot be reached or failed (I/O, network, corruption).
+    #[error("the run store ({store}) is unavailable: {reason}")]
+    Unavailable {
+        /// Which store (`file:PATH`, `redis://HOST:PORT/DB`).
+        store: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// Bounds that hold over everything one backend holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Runs held at once (waiting or being resumed).
+    pub max_runs: usize,
+    /// Bytes of run records held at once.
+    pub max_bytes: u64,
+}
+
+/// A run taken for resuming.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// The record the runtime stored.
+    pub record: Vec<u8>,
+    /// Bumped by every [`RunBackend::put`] of the run: a process holding
+    /// the run's live state from generation `g` may use it only when the
+    /// claim returns `g`.
+    pub generation: u64,
+    /// Nested-call results that arrived for the run, by request id.
+    pub results: Vec<(u32, Vec<u8>)>,
+}
+
+/// What a store holds, for operators (`codemode status`, metrics).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Runs waiting for `wait`.
+    pub waiting: u64,
+    /// Runs being resumed (by this or another process).
+    pub resuming: u64,
+    /// Bytes of run records.
+    pub bytes: u64,
+    /// Nested-call results held for waiting runs.
+    pub results: u64,
+}
+
+/// A place suspended runs are kept. Methods block (file I/O, network):
+/// call them off async executors' workers.
+pub trait RunBackend: Send + Sync {
+    /// Which store this is (`file:PATH`, `redis://HOST:PORT/DB`), for
+    /// messages. Never carries a password.
+    fn describe(&self) -> String;
+
+    /// This process's instance id (names who runs a nested call or
+    /// resumes a run).
+    fn instance(&self) -> &str;
+
+    /// Stores a waiting run under `run_id` (new, or suspended again after a
+    /// claim), owned by `owner` ([`ANY_OWNER`]: whoever holds the id), for
+    /// `ttl`. Returns the run's new generation.
+    ///
+    /// # Errors
+    /// [`StoreError::Full`] / [`StoreError::BytesFull`] past `bounds`
+    /// (a run stored again only counts its growth), or `Unavailable`.
+    fn put(
+        &self,
+        run_id: &str,
+        owner: &str,
+        record: &[u8],
+        ttl: Duration,
+        bounds: Bounds,
+    ) -> Result<u64, StoreError>;
+
+    /// Takes a waiting run for resuming by this process, with the results
+    /// that arrived for it. Exactly one concurrent claim succeeds.
+    ///
+    /// # Errors
+    /// `Unknown`, `Expired`, `OtherOwner` (nothing changes), `Busy` or
+    /// `Interrupted` (claimed by a live or a dead process), `Unavailable`.
+    fn claim(&self, run_id: &str, owner: &str) -> Result<Claimed, StoreError>;
+
+    /// Forgets a run and its results (it ended, or was aborted).
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn remove(&self, run_id: &str) -> Result<(), StoreError>;
+
+    /// Records the outcome of nested call `request_id` of `run_id` and
+    /// wakes whoever waits for it (in any process).
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn put_result(&self, run_id: &str, request_id: u32, outcome: &[u8]) -> Result<(), StoreError>;
+
+    /// Blocks until the outcome of `request_id` of `run_id` is stored, or
+    /// `timeout` passes (`Ok(None)`).
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn await_result(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Whether process `instance` is still running (its nested calls can
+    /// still finish).
+    fn instance_alive(&self, instance: &str) -> bool;
+
+    /// What the store holds now.
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn stats(&self) -> Result<StoreStats, StoreError>;
+
+    /// Drops runs past their TTL; returns how many.
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn expire(&self) -> Result<usize, StoreError>;
+}
+
+/// Opens the store a `store:` setting names: `file:PATH` or
+/// `redis://HOST:PORT/DB` (`rediss://` for TLS is not built in).
+/// `memory` is not a backend: the runtime keeps runs in its own memory.
+///
+/// # Errors
+/// A message naming the setting and what to write instead, or why the
+/// store could not be opened.
+pub fn open(spec: &str) -> Result<Box<dyn RunBackend>, StoreError> {
+    if let Some(path) = spec.strip_prefix("file:") {
+        Ok(Box::new(FileBackend::open(std::path::Path::new(path))?))
+    } else if spec.starts_with("redis://") {
+        Ok(Box::new(RedisBackend::open(spec)?))
+    } else {
+        Err(StoreError::Unavailable {
+            store: spec.to_owned(),
+            reason: "unknown store; write \"memory\", \"file:PATH\" or \"redis://HOST:PORT/DB\""
+                .into(),
+        })
+    }
+}
+
+/// A fresh instance id: the process id and 64 random bits, so two
+/// processes (even after a pid is reused) never share one.
+pub(crate) fn new_instance_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{}-{:016x}", std::process::id(), h.finish())
+}
+
+/// Milliseconds since the Unix epoch (TTLs outlive processes, so they are
+/// wall-clock times).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

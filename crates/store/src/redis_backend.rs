@@ -1,0 +1,571 @@
+//! The shared run store on Redis: several gateway processes (replicas)
+//! serve the same runs.
+//!
+//! Keys (one Redis, not Cluster; `codemode:` prefix):
+//! - `codemode:run:{id}` hash: `rec` (the record), `owner`, `state`
+//!   (`waiting`/`resuming`), `inst` (who stored or claimed it), `gen`;
+//!   expires with the run (PEXPIRE), like its results;
+//! - `codemode:res:{id}` hash: request id → outcome;
+//! - `codemode:runs` sorted set: id by expiry (ms), and `codemode:size`
+//!   hash / `codemode:bytes` counter: the bounds over all replicas;
+//! - `codemode:expired:{id}`: a tombstone, so a late `wait` hears
+//!   "expired";
+//! - `codemode:inst:{instance}`: a heartbeat with a short expiry: a
+//!   process whose heartbeat is gone died, and its calls never finish;
+//! - channel `codemode:done:{id}`: a result was stored (payload: request
+//!   id); every process subscribes to the pattern once.
+//!
+//! Each state change is one Lua script, so it is atomic across replicas.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::notify::Notifier;
+use crate::{Bounds, Claimed, RunBackend, StoreError, StoreStats, new_instance_id, now_ms};
+
+/// How long a process's heartbeat lives; it is renewed every third of it.
+const HEARTBEAT_MS: u64 = 3_000;
+/// How long a command may take before the store counts as unreachable.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Tombstones of expired runs live this long.
+const TOMBSTONE_MS: u64 = 3_600_000;
+
+/// Drops expired runs from the index and the byte count (the run hashes
+/// expire by themselves). ARGV[1]: now (ms). Returns how many.
+const EXPIRE_LUA: &str = r"
+local gone = redis.call('ZRANGEBYSCORE', 'codemode:runs', '-inf', ARGV[1])
+for _, id in ipairs(gone) do
+  local size = redis.call('HGET', 'codemode:size', id)
+  if size then redis.call('DECRBY', 'codemode:bytes', size) end
+  redis.call('HDEL', 'codemode:size', id)
+  redis.call('ZREM', 'codemode:runs', id)
+  redis.call('DEL', 'codemode:run:' .. id, 'codemode:res:' .. id)
+  redis.call('SET', 'codemode:expired:' .. id, '1', 'PX', ARGV[2])
+end
+return #gone
+";
+
+/// ARGV: id, owner, record, instance, ttl ms, now ms, max runs, max bytes.
+/// Returns {'ok', generation} | {'full', runs} | {'bytes', held, needed}.
+const PUT_LUA: &str = r"
+local id = ARGV[1]
+local key = 'codemode:run:' .. id
+local size = string.len(ARGV[3])
+local before = tonumber(redis.call('HGET', 'codemode:size', id) or '-1')
+local held = tonumber(redis.call('GET', 'codemode:bytes') or '0')
+if before < 0 and redis.call('ZCARD', 'codemode:runs') >= tonumber(ARGV[7]) then
+  return {'full', redis.call('ZCARD', 'codemode:runs')}
+end
+local grow = size - math.max(before, 0)
+if held + grow > tonumber(ARGV[8]) then
+  return {'bytes', held, grow}
+end
+local gen = redis.call('HINCRBY', key, 'gen', 1)
+redis.call('HSET', key, 'rec', ARGV[3], 'owner', ARGV[2], 'state', 'waiting', 'inst', ARGV[4])
+redis.call('PEXPIRE', key, ARGV[5])
+redis.call('PEXPIRE', 'codemode:res:' .. id, ARGV[5])
+local expires = tonumber(ARGV[6]) + tonumber(ARGV[5])
+redis.call('ZADD', 'codemode:runs', expires, id)
+redis.call('HSET', 'codemode:size', id, size)
+redis.call('INCRBY', 'codemode:bytes', grow)
+return {'ok', gen}
+";
+
+/// ARGV: id, owner, instance. Returns {'ok', gen, record, results...} |
+/// {'unknown'} | {'expired'} | {'other'} | {'busy', instance}.
+const CLAIM_LUA: &str = r"
+local id = ARGV[1]
+local key = 'codemode:run:' .. id
+local run = redis.call('HMGET', key, 'state', 'owner', 'inst', 'gen', 'rec')
+if not run[1] then
+  if redis.call('EXISTS', 'codemode:expired:' .. id) == 1 or redis.call('ZSCORE', 'codemode:runs', id) then
+    return {'expired'}
+  end
+  return {'unknown'}
+end
+if run[2] ~= '*' and run[2] ~= ARGV[2] then return {'other'} end
+if run[1] == 'resuming' then return {'busy', run[3]} end
+redis.call('HSET', key, 'state', 'resuming', 'inst', ARGV[3])
+local out = {'ok', run[4], run[5]}
+local results = redis.call('HGETALL', 'codemode:res:' .. id)
+for _, v in ipairs(results) do table.insert(out, v) end
+return out
+";
+
+/// ARGV: id.
+const REMOVE_LUA: &str = r"
+local id = ARGV[1]
+local size = redis.call('HGET', 'codemode:size', id)
+if size then redis.call('DECRBY', 'codemode:bytes', size) end
+redis.call('HDEL', 'codemode:size', id)
+redis.call('ZREM', 'codemode:runs', id)
+redis.call('DEL', 'codemode:run:' .. id, 'codemode:res:' .. id)
+return 1
+";
+
+/// ARGV: id, request id, outcome. Stores it only while the run exists,
+/// and tells every process.
+const RESULT_LUA: &str = r"
+local id = ARGV[1]
+local key = 'codemode:run:' .. id
+local ttl = redis.call('PTTL', key)
+if ttl < 0 then return 0 end
+redis.call('HSET', 'codemode:res:' .. id, ARGV[2], ARGV[3])
+redis.call('PEXPIRE', 'codemode:res:' .. id, ttl)
+redis.call('PUBLISH', 'codemode:done:' .. id, ARGV[2])
+return 1
+";
+
+/// The shared run store.
+pub struct RedisBackend {
+    client: redis::Client,
+    /// The URL without credentials.
+    shown: String,
+    instance: String,
+    connection: Mutex<Option<redis::Connection>>,
+    notifier: Arc<Notifier>,
+    stop: Arc<AtomicBool>,
+    scripts: Scripts,
+}
+
+struct Scripts {
+    expire: redis::Script,
+    put: redis::Script,
+    claim: redis::Script,
+    remove: redis::Script,
+    result: redis::Script,
+}
+
+/// `redis://user:secret@host:6379/0` → `redis://host:6379/0`.
+fn without_credentials(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            format!("{scheme}://{rest}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+impl RedisBackend {
+    /// Connects to `url` (`redis://[user:password@]HOST:PORT/DB`), starts
+    /// this process's heartbeat and its result subscription.
+    ///
+    /// # Errors
+    /// `Unavailable` when the URL is malformed or the server cannot be
+    /// reached within two seconds.
+    pub fn open(url: &str) -> Result<RedisBackend, StoreError> {
+        let shown = without_credentials(url);
+        let unavailable = |e: &dyn std::fmt::Display| StoreError::Unavailable {
+            store: shown.clone(),
+            reason: e.to_string(),
+        };
+        let client = redis::Client::open(url).map_err(|e| unavailable(&e))?;
+        let connection = connect(&client).map_err(|e| unavailable(&e))?;
+        let backend = RedisBackend {
+            client,
+            shown: shown.clone(),
+            instance: new_instance_id(),
+            connection: Mutex::new(Some(connection)),
+            notifier: Arc::default(),
+            stop: Arc::default(),
+            scripts: Scripts {
+                expire: redis::Script::new(EXPIRE_LUA),
+                put: redis::Script::new(PUT_LUA),
+                claim: redis::Script::new(CLAIM_LUA),
+                remove: redis::Script::new(REMOVE_LUA),
+                result: redis::Script::new(RESULT_LUA),
+            },
+        };
+        backend.heartbeat()?;
+        backend.start_threads();
+        Ok(backend)
+    }
+
+    fn unavailable(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Unavailable {
+            store: self.shown.clone(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// Runs `f` on the shared connection, reconnecting once when the
+    /// connection broke (a Redis restart).
+    fn with<T>(
+        &self,
+        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        let mut slot = self
+            .connection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for attempt in 0..2 {
+            if slot.is_none() {
+                *slot = Some(connect(&self.client).map_err(|e| self.unavailable(e))?);
+            }
+            let Some(con) = slot.as_mut() else { continue };
+            match f(con) {
+                Ok(value) => return Ok(value),
+                Err(e) if attempt == 0 && (e.is_io_error() || e.is_connection_dropped()) => {
+                    *slot = None;
+                }
+                Err(e) => {
+                    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+                        *slot = None;
+                    }
+                    return Err(self.unavailable(e));
+                }
+            }
+        }
+        Err(self.unavailable("the connection broke twice"))
+    }
+
+    fn heartbeat(&self) -> Result<(), StoreError> {
+        let key = format!("codemode:inst:{}", self.instance);
+        self.with(|con| {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(1)
+                .arg("PX")
+                .arg(HEARTBEAT_MS)
+                .query::<()>(con)
+        })
+    }
+
+    /// The heartbeat thread and the subscriber thread; both stop when the
+    /// backend is dropped.
+    fn start_threads(&self) {
+        let stop = Arc::clone(&self.stop);
+        let client = self.client.clone();
+        let key = format!("codemode:inst:{}", self.instance);
+        let spawned = std::thread::Builder::new()
+            .name("codemode-store-heartbeat".into())
+            .spawn(move || {
+                let mut con = None;
+                while !stop.load(Ordering::Relaxed) {
+                    if con.is_none() {
+                        con = connect(&client).ok();
+                    }
+                    if let Some(c) = con.as_mut() {
+                        let renewed = redis::cmd("SET")
+                            .arg(&key)
+                            .arg(1)
+                            .arg("PX")
+                            .arg(HEARTBEAT_MS)
+                            .query::<()>(c);
+                        if let Err(e) = renewed {
+                            tracing::warn!(error = %e, "run store heartbeat failed; reconnecting");
+                            con = None;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(HEARTBEAT_MS / 3));
+                }
+                if let Some(c) = con.as_mut() {
+                    let _ = redis::cmd("DEL").arg(&key).query::<()>(c);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the run store heartbeat");
+        }
+        let stop = Arc::clone(&self.stop);
+        let client = self.client.clone();
+        let notifier = Arc::clone(&self.notifier);
+        let spawned = std::thread::Builder::new()
+            .name("codemode-store-results".into())
+            .spawn(move || subscribe(&client, &notifier, &stop));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the run store subscription");
+        }
+    }
+
+    fn read_result(&self, run_id: &str, request_id: u32) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = format!("codemode:res:{run_id}");
+        self.with(|con| {
+            redis::cmd("HGET")
+                .arg(&key)
+                .arg(request_id)
+                .query::<Option<Vec<u8>>>(con)
+        })
+    }
+}
+
+impl Drop for RedisBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn connect(client: &redis::Client) -> redis::RedisResult<redis::Connection> {
+    let con = client.get_connection_with_timeout(IO_TIMEOUT)?;
+    con.set_read_timeout(Some(IO_TIMEOUT))?;
+    con.set_write_timeout(Some(IO_TIMEOUT))?;
+    Ok(con)
+}
+
+/// Forwards `codemode:done:*` messages to this process's waiters, and
+/// reconnects after a Redis restart (waiters re-read the store meanwhile).
+fn subscribe(client: &redis::Client, notifier: &Notifier, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let mut con = match client.get_connection_with_timeout(IO_TIMEOUT) {
+            Ok(con) => con,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+        };
+        let mut pubsub = con.as_pubsub();
+        if pubsub.psubscribe("codemode:done:*").is_err()
+            || pubsub
+                .set_read_timeout(Some(Duration::from_millis(500)))
+                .is_err()
+        {
+            continue;
+        }
+        while !stop.load(Ordering::Relaxed) {
+            match pubsub.get_message() {
+                Ok(msg) => {
+                    if let Some(run_id) = msg.get_channel_name().strip_prefix("codemode:done:") {
+                        notifier.notify(run_id);
+                    }
+                }
+                Err(e) if e.is_timeout() => {}
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn number(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        other => text(other)?.parse().ok(),
+    }
+}
+
+impl RunBackend for RedisBackend {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    fn put(
+        &self,
+        run_id: &str,
+        owner: &str,
+        record: &[u8],
+        ttl: Duration,
+        bounds: Bounds,
+    ) -> Result<u64, StoreError> {
+        let now = now_ms();
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let reply: Vec<Value> = self.with(|con| {
+            self.scripts
+                .expire
+                .arg(now)
+                .arg(TOMBSTONE_MS)
+                .invoke::<()>(con)?;
+            self.scripts
+                .put
+                .arg(run_id)
+                .arg(owner)
+                .arg(record)
+                .arg(&self.instance)
+                .arg(ttl_ms)
+                .arg(now)
+                .arg(bounds.max_runs)
+                .arg(bounds.max_bytes)
+                .invoke(con)
+        })?;
+        let tag = reply.first().and_then(text).unwrap_or_default();
+        match tag.as_str() {
+            "ok" => reply
+                .get(1)
+                .and_then(number)
+                .ok_or_else(|| self.unavailable("a malformed reply to put")),
+            "full" => Err(StoreError::Full {
+                limit: bounds.max_runs,
+            }),
+            "bytes" => Err(StoreError::BytesFull {
+                limit: bounds.max_bytes,
+                held: reply.get(1).and_then(number).unwrap_or(0),
+                needed: reply.get(2).and_then(number).unwrap_or(0),
+            }),
+            other => Err(self.unavailable(format!("an unexpected reply to put: {other}"))),
+        }
+    }
+
+    fn claim(&self, run_id: &str, owner: &str) -> Result<Claimed, StoreError> {
+        let reply: Vec<Value> = self.with(|con| {
+            self.scripts
+                .claim
+                .arg(run_id)
+                .arg(owner)
+                .arg(&self.instance)
+                .invoke(con)
+        })?;
+        let tag = reply.first().and_then(text).unwrap_or_default();
+        match tag.as_str() {
+            "ok" => {
+                let generation = reply
+                    .get(1)
+                    .and_then(number)
+                    .ok_or_else(|| self.unavailable("a malformed claim"))?;
+                let record = match reply.get(2) {
+                    Some(Value::BulkString(b)) => b.clone(),
+                    _ => return Err(self.unavailable("a claim without a record")),
+                };
+                let mut results = Vec::new();
+                for pair in reply.get(3..).unwrap_or_default().chunks(2) {
+                    if let [key, Value::BulkString(outcome)] = pair
+                        && let Some(request_id) = text(key).and_then(|k| k.parse().ok())
+                    {
+                        results.push((request_id, outcome.clone()));
+                    }
+                }
+                Ok(Claimed {
+                    record,
+                    generation,
+                    results,
+                })
+            }
+            "unknown" => Err(StoreError::Unknown),
+            "expired" => Err(StoreError::Expired),
+            "other" => Err(StoreError::OtherOwner),
+            "busy" => {
+                let instance = reply.get(1).and_then(text).unwrap_or_default();
+                Err(if self.instance_alive(&instance) {
+                    StoreError::Busy { instance }
+                } else {
+                    StoreError::Interrupted { instance }
+                })
+            }
+            other => Err(self.unavailable(format!("an unexpected reply to claim: {other}"))),
+        }
+    }
+
+    fn remove(&self, run_id: &str) -> Result<(), StoreError> {
+        self.with(|con| self.scripts.remove.arg(run_id).invoke::<()>(con))
+    }
+
+    fn put_result(&self, run_id: &str, request_id: u32, outcome: &[u8]) -> Result<(), StoreError> {
+        self.with(|con| {
+            self.scripts
+                .result
+                .arg(run_id)
+                .arg(request_id)
+                .arg(outcome)
+                .invoke::<()>(con)
+        })?;
+        // This process's own waiters hear it through the subscription too;
+        // waking them now saves the round trip.
+        self.notifier.notify(run_id);
+        Ok(())
+    }
+
+    fn await_result(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.notifier
+            .wait_for(run_id, timeout, Duration::from_secs(1), || {
+                self.read_result(run_id, request_id)
+            })
+    }
+
+    fn instance_alive(&self, instance: &str) -> bool {
+        if instance == self.instance {
+            return true;
+        }
+        let key = format!("codemode:inst:{instance}");
+        // Unreachable store: assume alive (a call is never declared
+        // interrupted on a network blip).
+        self.with(|con| redis::cmd("EXISTS").arg(&key).query::<bool>(con))
+            .unwrap_or(true)
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        let now = now_ms();
+        let (ids, bytes): (Vec<String>, Option<u64>) = self.with(|con| {
+            self.scripts
+                .expire
+                .arg(now)
+                .arg(TOMBSTONE_MS)
+                .invoke::<()>(con)?;
+            let ids = redis::cmd("ZRANGE")
+                .arg("codemode:runs")
+                .arg(0)
+                .arg(-1)
+                .query(con)?;
+            let bytes = redis::cmd("GET").arg("codemode:bytes").query(con)?;
+            Ok((ids, bytes))
+        })?;
+        let mut stats = StoreStats {
+            bytes: bytes.unwrap_or(0),
+            ..StoreStats::default()
+        };
+        for id in ids {
+            let (state, results): (Option<String>, u64) = self.with(|con| {
+                let state = redis::cmd("HGET")
+                    .arg(format!("codemode:run:{id}"))
+                    .arg("state")
+                    .query(con)?;
+                let results = redis::cmd("HLEN")
+                    .arg(format!("codemode:res:{id}"))
+                    .query(con)?;
+                Ok((state, results))
+            })?;
+            match state.as_deref() {
+                Some("resuming") => stats.resuming += 1,
+                Some(_) => stats.waiting += 1,
+                None => {}
+            }
+            stats.results += results;
+        }
+        Ok(stats)
+    }
+
+    fn expire(&self) -> Result<usize, StoreError> {
+        let now = now_ms();
+        self.with(|con| {
+            self.scripts
+                .expire
+                .arg(now)
+                .arg(TOMBSTONE_MS)
+                .invoke::<usize>(con)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_urls_carry_no_credentials() {
+        assert_eq!(
+            without_credentials("redis://user:s3cret@db.internal:6379/2"),
+            "redis://db.internal:6379/2"
+        );
+        assert_eq!(
+            without_credentials("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+    }
+}

@@ -1,0 +1,358 @@
+//! The run store contract, one suite run against every durable backend:
+//! the embedded file store and Redis (a real `redis-server`, started here
+//! on a free port; `cargo xtask ci` installs Debian's package).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use codemode_store::{ANY_OWNER, Bounds, FileBackend, RedisBackend, RunBackend, StoreError};
+
+const BOUNDS: Bounds = Bounds {
+    max_runs: 100,
+    max_bytes: 1 << 20,
+};
+const TTL: Duration = Duration::from_secs(60);
+
+/// A `redis-server` of this test alone, stopped when dropped.
+struct Redis {
+    child: Child,
+    url: String,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let child = Redis::spawn(port, &dir);
+        Redis {
+            child,
+            url: format!("redis://127.0.0.1:{port}/0"),
+            port,
+            dir,
+        }
+    }
+
+    /// Stops the server (SIGKILL) and starts it again on the same port and
+    /// append-only file.
+    fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Redis::spawn(self.port, &self.dir);
+    }
+
+    fn spawn(port: u16, dir: &tempfile::TempDir) -> Child {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "redis-server must be installed (cargo xtask ci installs Debian's redis-server)",
+            );
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Opens backends on one store: a second `open` is another process's view
+/// (for the file store, after the first is closed: the file is locked).
+trait Place {
+    fn open(&self) -> Arc<dyn RunBackend>;
+}
+
+/// The store's path, and the directory that holds it while the test runs.
+struct FilePlace(PathBuf, #[allow(dead_code)] tempfile::TempDir);
+impl Place for FilePlace {
+    fn open(&self) -> Arc<dyn RunBackend> {
+        Arc::new(FileBackend::open(&self.0).expect("opens"))
+    }
+}
+
+impl Place for Redis {
+    fn open(&self) -> Arc<dyn RunBackend> {
+        Arc::new(RedisBackend::open(&self.url).expect("connects"))
+    }
+}
+
+fn file_place() -> FilePlace {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    FilePlace(dir.path().join("sub/runs.db"), dir)
+}
+
+fn each_backend(test: impl Fn(&dyn Place)) {
+    test(&file_place());
+    test(&Redis::start());
+}
+
+#[test]
+fn a_run_is_claimed_once_and_stored_again_with_a_new_generation() {
+    each_backend(|place| {
+        let store = place.open();
+        assert_eq!(store.put("run_a", "p:alice", b"one", TTL, BOUNDS), Ok(1));
+        let claimed = store.claim("run_a", "p:alice").expect("claims");
+        assert_eq!(
+            (claimed.record.as_slice(), claimed.generation),
+            (&b"one"[..], 1)
+        );
+        assert!(
+            matches!(
+                store.claim("run_a", "p:alice"),
+                Err(StoreError::Busy { .. })
+            ),
+            "a second claim while resuming is refused"
+        );
+        assert_eq!(store.put("run_a", "p:alice", b"two", TTL, BOUNDS), Ok(2));
+        let again = store.claim("run_a", "p:alice").expect("waiting again");
+        assert_eq!(
+            (again.record.as_slice(), again.generation),
+            (&b"two"[..], 2)
+        );
+        store.remove("run_a").expect("removes");
+        assert_eq!(
+            store.claim("run_a", "p:alice").map(|c| c.generation),
+            Err(StoreError::Unknown)
+        );
+        assert_eq!(store.stats().expect("stats").waiting, 0);
+    });
+}
+
+#[test]
+fn only_the_owner_claims_a_run_unless_the_id_is_the_capability() {
+    each_backend(|place| {
+        let store = place.open();
+        store
+            .put("run_b", "p:alice", b"x", TTL, BOUNDS)
+            .expect("put");
+        assert_eq!(
+            store.claim("run_b", "p:mallory").map(|c| c.generation),
+            Err(StoreError::OtherOwner)
+        );
+        // The refused claim changed nothing.
+        assert!(store.claim("run_b", "p:alice").is_ok());
+        store
+            .put("run_c", ANY_OWNER, b"y", TTL, BOUNDS)
+            .expect("put");
+        assert!(store.claim("run_c", "anyone").is_ok());
+    });
+}
+
+#[test]
+fn bounds_hold_over_the_whole_store() {
+    each_backend(|place| {
+        let store = place.open();
+        let two = Bounds {
+            max_runs: 2,
+            max_bytes: 1 << 20,
+        };
+        store.put("r1", "o", b"1", TTL, two).expect("first");
+        store.put("r2", "o", b"2", TTL, two).expect("second");
+        assert_eq!(
+            store.put("r3", "o", b"3", TTL, two),
+            Err(StoreError::Full { limit: 2 })
+        );
+        // Storing a held run again is not a new run.
+        store.put("r2", "o", b"22", TTL, two).expect("again");
+        let small = Bounds {
+            max_runs: 100,
+            max_bytes: 4096,
+        };
+        let big = vec![7u8; 8192];
+        assert!(matches!(
+            store.put("r4", "o", &big, TTL, small),
+            Err(StoreError::BytesFull { limit: 4096, .. })
+        ));
+        let stats = store.stats().expect("stats");
+        assert_eq!(stats.waiting, 2);
+        assert!(stats.bytes >= 3, "bytes are counted: {stats:?}");
+    });
+}
+
+#[test]
+fn a_run_past_its_ttl_is_expired_not_unknown() {
+    each_backend(|place| {
+        let store = place.open();
+        store
+            .put("run_t", "o", b"x", Duration::from_millis(150), BOUNDS)
+            .expect("put");
+        store.put("run_u", "o", b"y", TTL, BOUNDS).expect("put");
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(
+            store.claim("run_t", "o").map(|c| c.generation),
+            Err(StoreError::Expired)
+        );
+        store.expire().expect("expires");
+        let stats = store.stats().expect("stats");
+        assert_eq!((stats.waiting, stats.resuming), (1, 0), "{stats:?}");
+        assert_eq!(
+            store.claim("run_t", "o").map(|c| c.generation),
+            Err(StoreError::Expired)
+        );
+    });
+}
+
+#[test]
+fn results_reach_the_claim_and_wake_waiters() {
+    each_backend(|place| {
+        let store = place.open();
+        store.put("run_r", "o", b"x", TTL, BOUNDS).expect("put");
+        store.put_result("run_r", 3, b"{\"ok\":1}").expect("result");
+        // A late result of a run the store no longer has is dropped.
+        store.put_result("run_gone", 1, b"late").expect("ignored");
+        let waiter = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let got = store.await_result("run_r", 9, Duration::from_secs(20));
+                (got, started.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        store.put_result("run_r", 9, b"{\"ok\":9}").expect("result");
+        let (got, took) = waiter.join().expect("joins");
+        assert_eq!(got, Ok(Some(b"{\"ok\":9}".to_vec())));
+        assert!(
+            took < Duration::from_secs(5),
+            "woken, not timed out: {took:?}"
+        );
+        let claimed = store.claim("run_r", "o").expect("claims");
+        let mut results = claimed.results;
+        results.sort();
+        assert_eq!(
+            results,
+            vec![(3, b"{\"ok\":1}".to_vec()), (9, b"{\"ok\":9}".to_vec())]
+        );
+        assert_eq!(
+            store.await_result("run_r", 10, Duration::from_millis(50)),
+            Ok(None)
+        );
+    });
+}
+
+#[test]
+fn a_claim_by_a_process_that_died_is_interrupted_not_replayed() {
+    each_backend(|place| {
+        let first = place.open();
+        first.put("run_k", "o", b"snap", TTL, BOUNDS).expect("put");
+        first.put("run_w", "o", b"waits", TTL, BOUNDS).expect("put");
+        first.claim("run_k", "o").expect("claims");
+        let dead = first.instance().to_owned();
+        drop(first);
+        let second = place.open();
+        // The heartbeat of the dropped Redis client ends within a second.
+        let started = Instant::now();
+        while second.instance_alive(&dead) {
+            assert!(started.elapsed() < Duration::from_secs(10), "still alive");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(
+            second.claim("run_k", "o").map(|c| c.generation),
+            Err(StoreError::Interrupted { instance: dead })
+        );
+        // A run that was waiting survives the process, record and all.
+        let waiting = second.claim("run_w", "o").expect("claims after restart");
+        assert_eq!(waiting.record, b"waits");
+    });
+}
+
+#[test]
+fn two_redis_clients_share_runs_and_results() {
+    let redis = Redis::start();
+    let a = redis.open();
+    let b = redis.open();
+    assert_ne!(a.instance(), b.instance());
+    assert!(a.instance_alive(b.instance()) && b.instance_alive(a.instance()));
+    a.put("run_s", "o", b"from a", TTL, BOUNDS)
+        .expect("put on a");
+    let claimed = b.claim("run_s", "o").expect("claimed on b");
+    assert_eq!(claimed.record, b"from a");
+    assert!(matches!(
+        a.claim("run_s", "o"),
+        Err(StoreError::Busy { instance }) if instance == b.instance()
+    ));
+    let waiter = {
+        let b = Arc::clone(&b);
+        std::thread::spawn(move || b.await_result("run_s", 1, Duration::from_secs(20)))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    a.put_result("run_s", 1, b"done on a").expect("result on a");
+    assert_eq!(
+        waiter.join().expect("joins"),
+        Ok(Some(b"done on a".to_vec()))
+    );
+}
+
+#[test]
+fn an_unreachable_redis_is_a_clear_error_and_a_restarted_one_is_used_again() {
+    let mut redis = Redis::start();
+    let store = redis.open();
+    store.put("run_p", "o", b"kept", TTL, BOUNDS).expect("put");
+    let url = redis.url.clone();
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    match store.put("run_q", "o", b"x", TTL, BOUNDS) {
+        Err(StoreError::Unavailable { store, .. }) => assert_eq!(store, url),
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    assert!(matches!(
+        RedisBackend::open(&url).map(|_| ()),
+        Err(StoreError::Unavailable { .. })
+    ));
+    // Back on the same append-only file: the waiting run is still there
+    // and the same client reconnects on its own.
+    redis.restart();
+    assert_eq!(store.claim("run_p", "o").expect("claims").record, b"kept");
+}
+
+#[test]
+fn a_file_store_is_held_by_one_process_and_survives_reopening() {
+    let place = file_place();
+    let store = place.open();
+    store
+        .put("run_f", ANY_OWNER, b"durable", TTL, BOUNDS)
+        .expect("put");
+    match FileBackend::open(&place.0).map(|_| ()) {
+        Err(StoreError::Unavailable { reason, .. }) => {
+            assert!(reason.contains("another process"), "{reason}")
+        }
+        other => panic!("a second open must be refused, got {other:?}"),
+    }
+    drop(store);
+    let reopened = place.open();
+    assert_eq!(reopened.stats().expect("stats").waiting, 1);
+    assert_eq!(
+        reopened.claim("run_f", "x").expect("claims").record,
+        b"durable"
+    );
+}
