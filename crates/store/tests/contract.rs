@@ -1,6 +1,7 @@
 //! The run store contract, one suite run against every durable backend:
 //! the embedded file store and Redis (a real `redis-server`, started here
 //! on a free port; `cargo xtask ci` installs Debian's package).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use std::net::TcpListener;
 use std::path::PathBuf;
