@@ -77,6 +77,12 @@ pub(crate) fn outcome_settlement(
             codemode_sandbox::bounded_text(e.message, codemode_sandbox::MAX_ERROR_BYTES),
             ErrorCode::ApprovalDenied.as_str(),
         ),
+        // Never re-run: the guest decides (its code says the effect is
+        // unknown).
+        Err(e) if e.interrupted => Settlement::reject_with_code(
+            codemode_sandbox::bounded_text(e.message, codemode_sandbox::MAX_ERROR_BYTES),
+            ErrorCode::Interrupted.as_str(),
+        ),
         Err(e) => Settlement::reject_with_code(
             format!(
                 "tool {tool_id} failed: {}",

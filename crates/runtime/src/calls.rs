@@ -93,6 +93,8 @@ pub(crate) struct Calls {
     receipts: Receipts,
     /// Where progress goes while an exec/wait drives the run.
     progress: crate::progress::ProgressSlot,
+    /// Where results go while the run waits in a durable store.
+    sink: crate::durable::ResultSink,
 }
 
 impl Calls {
@@ -106,7 +108,21 @@ impl Calls {
             trajectory,
             receipts: Receipts::default(),
             progress: crate::progress::ProgressSlot::default(),
+            sink: crate::durable::ResultSink::default(),
         }
+    }
+
+    /// Where this run's results are written while it waits in a durable
+    /// store (shared with the tasks of its calls).
+    pub(crate) fn sink(&self) -> &crate::durable::ResultSink {
+        &self.sink
+    }
+
+    /// Forgets the calls in flight without cancelling them: their tasks
+    /// keep running and write their results to the durable store, where
+    /// the process that resumed the run reads them.
+    pub(crate) fn detach_all(&mut self) {
+        self.inflight.clear();
     }
 
     /// Reports to `sink` from now on (`None` while the run is suspended).
@@ -158,6 +174,11 @@ impl Calls {
 
     pub(crate) fn in_flight(&self) -> usize {
         self.inflight.len()
+    }
+
+    /// The calls in flight with their request ids.
+    pub(crate) fn pending_by_request(&self) -> impl Iterator<Item = (u32, &InFlight)> {
+        self.inflight.iter().map(|(id, c)| (*id, c))
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &InFlight> {
@@ -217,8 +238,10 @@ impl Calls {
             }
             Poll::Pending => {
                 let tx = self.tx.clone();
+                let sink = self.sink.clone();
                 let task = handle.spawn(async move {
                     let outcome = future.await;
+                    sink.record(request_id, &outcome).await;
                     let _ = tx.send(Msg::Done {
                         request_id,
                         outcome,

@@ -21,7 +21,7 @@ use crate::prepare::prepare;
 use crate::result::{CodeModeResult, ErrorCode, Receipts, SnapshotEvent, Telemetry};
 use crate::run_state::{DriveCtx, RunInfo, RunState};
 use crate::session::{CodeModeSession, RunContext};
-use crate::store::{StoreError, SuspendedRun};
+use crate::store::StoreError;
 
 /// The plugin namespaces visible to a run starting now, serialized.
 pub(crate) fn run_namespaces(
@@ -242,8 +242,10 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
             return record_call_run(session, call_id, "wait", Some(&input.run_id), result);
         }
     };
-    let run = match inner.store.take(&input.run_id, &session.scope.scope) {
-        Ok(run) => run,
+    let ctx = DriveCtx::starting_now(session);
+    let taken = off_executor(|| crate::resume::take_for_wait(session, &ctx, &input.run_id));
+    let taken = match taken {
+        Ok(taken) => taken,
         Err(e) => {
             let (code, mut events) = match e {
                 StoreError::Expired => (
@@ -255,6 +257,10 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
                     }],
                 ),
                 StoreError::Aborted => (ErrorCode::Aborted, Vec::new()),
+                StoreError::Interrupted | StoreError::Restore(_) => {
+                    (ErrorCode::SnapshotRestoreFailed, Vec::new())
+                }
+                StoreError::Unavailable(_) => (ErrorCode::RuntimeUnavailable, Vec::new()),
                 StoreError::Unknown
                 | StoreError::Busy
                 | StoreError::OtherScope
@@ -276,16 +282,15 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
             return record_call_run(session, call_id, "wait", Some(&input.run_id), result);
         }
     };
-    let ctx = DriveCtx::starting_now(session);
     let run_id = input.run_id;
     let id_for_record = run_id.clone();
     let wait_call_id = call_id.to_owned();
     let work = move || {
-        let SuspendedRun {
+        let crate::resume::Taken {
             snapshot,
             mut state,
-            ..
-        } = run;
+            ready: restored,
+        } = taken;
         state.info.wait_count += 1;
         state.drive_call_id = wait_call_id;
         state.calls.follow(ctx.progress.clone());
@@ -324,6 +329,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
             .map(|id| (id, Settlement::Resolve(Value::Null)))
             .collect();
         ready.extend(state.carried.drain(..));
+        ready.extend(restored);
         let (arrived, aborted) = state.calls.arrived();
         let driven = if aborted {
             state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
@@ -371,6 +377,18 @@ fn hold_for_decision(ctx: &DriveCtx, state: &mut RunState) {
         }
     }
     ctx.scope.unregister(key);
+}
+
+/// Runs blocking work (a durable store's I/O) without stalling the async
+/// executor's other tasks: in place on a multi-thread runtime.
+fn off_executor<T>(work: impl FnOnce() -> T) -> T {
+    if tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+    {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
 }
 
 /// Runs a VM burst off the async executor: on a multi-thread runtime in

@@ -119,6 +119,31 @@ impl ResultHandles {
         self.bytes
     }
 
+    /// What a durable run keeps of its handles: the nonce and the results,
+    /// in handle order.
+    pub(crate) fn export(&self) -> (String, Vec<Value>) {
+        (
+            self.nonce.clone(),
+            self.held.iter().map(|h| h.value.clone()).collect(),
+        )
+    }
+
+    /// The handles of a restored run (the same ids and nonce as before).
+    pub(crate) fn import(nonce: String, values: Vec<Value>) -> ResultHandles {
+        let mut handles = ResultHandles {
+            held: Vec::with_capacity(values.len()),
+            bytes: 0,
+            nonce,
+        };
+        for value in values {
+            let json = value.to_string();
+            let held = HeldResult::of(value, json);
+            handles.bytes += held.bytes();
+            handles.held.push(Arc::new(held));
+        }
+        handles
+    }
+
     /// The run's handle nonce (in its guest context).
     pub(crate) fn nonce(&self) -> &str {
         &self.nonce

@@ -68,6 +68,7 @@ pub mod debug;
 mod declarations;
 mod drain;
 mod drive;
+mod durable;
 #[doc(hidden)]
 pub mod fuzzing;
 mod guest_api;
@@ -81,6 +82,7 @@ mod prepare;
 pub mod progress;
 mod request;
 mod result;
+mod resume;
 mod run_state;
 mod runtime;
 mod session;
@@ -94,6 +96,8 @@ pub use catalog::{
     CONTROL_TOOL_NAMES, Catalog, CatalogEntry, CatalogError, Excluded, ToolDefinition, ToolPolicy,
     ToolSource, glob_matches,
 };
+/// The run store interface and its durable backends.
+pub use codemode_store;
 pub use namespaces::{
     NamespaceError, NamespaceRegistration, NamespaceRegistry, ScopeContext, ScopeValue,
     namespace_tool, namespace_tool_with,
@@ -130,4 +134,4 @@ pub use result::{
     CallOutcome, CallReceipt, CodeModeResult, ErrorCode, MAX_CALL_RECEIPTS, Output,
     PendingToolCall, Receipts, SnapshotEvent, Telemetry, WaitReason,
 };
-pub use runtime::{CodeModeRuntime, RuntimeError, RuntimeOptions};
+pub use runtime::{CodeModeRuntime, DurableStore, RuntimeError, RuntimeOptions};

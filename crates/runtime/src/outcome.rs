@@ -151,10 +151,20 @@ pub(crate) fn finish(
     // Nobody follows the run once this exec/wait returns.
     state.calls.follow(None);
     let store = &ctx.inner.store;
+    let durable = ctx.inner.durable.as_ref();
+    // A resumed run that ends leaves the durable store too.
+    let forget = |run_id: &str| {
+        if let Some(d) = durable
+            && let Err(e) = d.backend.remove(run_id)
+        {
+            tracing::warn!(run_id, error = %e, "a finished run could not be removed from the run store; it expires with its TTL");
+        }
+    };
     let (vm, reason, output) = match driven {
         Driven::Done(result) => {
             if let Some(run_id) = resumed {
                 store.finish(run_id);
+                forget(run_id);
             }
             state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
             let mut result = with_telemetry(
@@ -180,6 +190,7 @@ pub(crate) fn finish(
                 events: &mut Vec<SnapshotEvent>| {
         if let Some(run_id) = resumed {
             store.finish(run_id);
+            forget(run_id);
         }
         state.info.cancelled += state.calls.cancel_all(why) as u32;
         let mut result = with_telemetry(
@@ -211,6 +222,63 @@ pub(crate) fn finish(
                 *t = telemetry;
             }
             return fail(&mut state, failed, Cancel::RunEnded, events);
+        }
+    };
+    let run_id = resumed.map_or_else(crate::store::new_run_id, str::to_owned);
+    if let Some(d) = durable {
+        // From here on the run's results are written to the store; those
+        // that arrived before are kept in the record (carried), so none
+        // is lost whichever process resumes the run.
+        state.calls.sink().persist_to(&d.backend, &run_id);
+        let (arrived, aborted) = state.calls.arrived();
+        for finished in arrived {
+            let settled = crate::bridge::settlement(ctx, &mut state, finished);
+            state.carried.push_back(settled);
+        }
+        if aborted {
+            state.calls.sink().stop();
+            return fail(&mut state, aborted_failure(), Cancel::Aborted, events);
+        }
+    }
+    let generation = match durable {
+        None => None,
+        Some(d) => {
+            let record = crate::durable::encode(&state, &snapshot.to_bytes(), d.backend.instance());
+            let ttl = Duration::from_secs(ctx.inner.config.snapshot_ttl_seconds);
+            match d
+                .backend
+                .put(&run_id, &state.owner_key, &record, ttl, d.bounds)
+            {
+                Ok(generation) => Some(generation),
+                Err(e) => {
+                    state.calls.sink().stop();
+                    let (code, message) = match &e {
+                        codemode_store::StoreError::Full { .. }
+                        | codemode_store::StoreError::BytesFull { .. } => (
+                            ErrorCode::SnapshotLimitExceeded,
+                            format!(
+                                "the run could not wait: {e} (maxSuspendedRuns / maxStoreBytes over every process sharing the store); finish or abandon waiting runs, or keep less data alive across awaits"
+                            ),
+                        ),
+                        _ => (
+                            ErrorCode::RuntimeUnavailable,
+                            format!(
+                                "the run could not wait: {e}; it ended and its nested calls were cancelled (they may or may not have taken effect); run it again when the store is back"
+                            ),
+                        ),
+                    };
+                    telemetry.limit_failure =
+                        (code == ErrorCode::SnapshotLimitExceeded).then_some(code);
+                    let failed = CodeModeResult::Failed {
+                        error: message,
+                        code: Some(code),
+                        output,
+                        receipts: Receipts::default(),
+                        telemetry,
+                    };
+                    return fail(&mut state, failed, Cancel::RunEnded, events);
+                }
+            }
         }
     };
     events.push(SnapshotEvent {
@@ -253,13 +321,18 @@ pub(crate) fn finish(
     let catalog = Arc::clone(&state.catalog);
     let ttl = Duration::from_secs(ctx.inner.config.snapshot_ttl_seconds);
     let inserted = store.insert(
-        resumed,
+        &run_id,
+        resumed.is_some(),
         SuspendedRun {
             snapshot,
             state,
             expires: Instant::now() + ttl,
+            generation,
         },
     );
+    if inserted.is_err() {
+        forget(&run_id);
+    }
     let result = match inserted {
         Ok(run_id) => {
             // Pending approvals can be named by this id from now on.
@@ -388,7 +461,7 @@ pub(crate) fn failed(
         // An uncaught denial fails the cell as a failed nested call; its
         // message says it was denied.
         .map(|code| match code {
-            ErrorCode::ApprovalDenied => ErrorCode::NestedToolFailed,
+            ErrorCode::ApprovalDenied | ErrorCode::Interrupted => ErrorCode::NestedToolFailed,
             other => other,
         });
     let code = match failure.kind {

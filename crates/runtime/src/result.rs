@@ -35,6 +35,12 @@ pub enum ErrorCode {
     /// see it on the rejected promise; an uncaught denial fails the cell
     /// with `nested_tool_failed`.
     ApprovalDenied,
+    /// A nested call's process died before it answered (a durable run
+    /// resumed after a restart or on another replica): it may or may not
+    /// have taken effect, and it is never re-run. Guests see it on the
+    /// rejected promise; uncaught, it fails the cell with
+    /// `nested_tool_failed`.
+    Interrupted,
     Aborted,
     InternalError,
 }
@@ -63,6 +69,7 @@ impl ErrorCode {
             ErrorCode::TooManyPendingToolCalls => "too_many_pending_tool_calls",
             ErrorCode::NestedToolFailed => "nested_tool_failed",
             ErrorCode::ApprovalDenied => "approval_denied",
+            ErrorCode::Interrupted => "interrupted",
             ErrorCode::Aborted => "aborted",
             ErrorCode::InternalError => "internal_error",
         }

@@ -63,6 +63,8 @@ pub(crate) struct RunState {
     pub(crate) namespaces: Option<Arc<crate::namespaces::RunNamespaces>>,
     /// Large nested results held on the host for the guest's handles.
     pub(crate) handles: crate::handles::ResultHandles,
+    /// Who may resume the run ([`CodeModeSession::owner_key`]).
+    pub(crate) owner_key: Arc<str>,
 }
 
 impl RunState {
@@ -89,6 +91,7 @@ impl RunState {
             owner: session.owner.get().cloned(),
             namespaces: None,
             handles: Default::default(),
+            owner_key: session.owner_key(),
         }
     }
 }

@@ -54,6 +54,22 @@ pub struct RuntimeOptions {
     /// Bytes of results one run may hold as handles (released with the
     /// run); past it a large result rejects its call.
     pub max_held_result_bytes: usize,
+    /// Where waiting runs are also kept, beyond this process's memory: the
+    /// embedded file store or Redis ([`codemode_store::open`]). `None`
+    /// (the default): runs live in memory only and end with the process.
+    pub durable_store: Option<DurableStore>,
+}
+
+/// A durable run store for [`RuntimeOptions::durable_store`].
+#[derive(Clone)]
+pub struct DurableStore(pub Arc<dyn codemode_store::RunBackend>);
+
+impl std::fmt::Debug for DurableStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DurableStore")
+            .field(&self.0.describe())
+            .finish()
+    }
 }
 
 impl Default for RuntimeOptions {
@@ -69,6 +85,7 @@ impl Default for RuntimeOptions {
             max_tool_result_bytes: 4 << 20,
             result_handle_bytes: 1 << 20,
             max_held_result_bytes: 128 << 20,
+            durable_store: None,
         }
     }
 }
@@ -103,6 +120,8 @@ pub(crate) struct Inner {
     pub(crate) options: RuntimeOptions,
     pub(crate) sandbox: Sandbox,
     pub(crate) store: RunStore,
+    /// The durable store, if runs outlive the process.
+    pub(crate) durable: Option<crate::durable::Durable>,
     pub(crate) slots: ProcessSlots,
     scopes: Mutex<HashMap<Scope, Weak<ScopeState>>>,
     /// The scope of [`CodeModeRuntime::exec`] / [`CodeModeRuntime::wait`].
@@ -162,12 +181,25 @@ impl CodeModeRuntime {
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             config,
             sandbox,
-            store: RunStore::new(StoreLimits {
-                max_runs: options.max_suspended_runs,
-                max_runs_per_scope: options.max_suspended_runs_per_scope,
-                max_bytes: options.max_store_bytes,
-                max_bytes_per_scope: options.max_store_bytes_per_scope,
-            }),
+            store: RunStore::new(
+                StoreLimits {
+                    max_runs: options.max_suspended_runs,
+                    max_runs_per_scope: options.max_suspended_runs_per_scope,
+                    max_bytes: options.max_store_bytes,
+                    max_bytes_per_scope: options.max_store_bytes_per_scope,
+                },
+                options.durable_store.as_ref().map(|d| Arc::clone(&d.0)),
+            ),
+            durable: options
+                .durable_store
+                .as_ref()
+                .map(|d| crate::durable::Durable {
+                    backend: Arc::clone(&d.0),
+                    bounds: codemode_store::Bounds {
+                        max_runs: options.max_suspended_runs,
+                        max_bytes: options.max_store_bytes as u64,
+                    },
+                }),
             slots,
             options,
             scopes: Mutex::new(HashMap::new()),
@@ -208,6 +240,21 @@ impl CodeModeRuntime {
     /// Snapshot bytes held in memory by waiting runs.
     pub fn suspended_bytes(&self) -> usize {
         self.inner.store.bytes_held()
+    }
+
+    /// The durable store (`file:PATH`, `redis://HOST:PORT/DB`) and what it
+    /// holds now, if runs outlive the process; `Err` when it cannot be
+    /// reached.
+    pub fn durable_store_stats(
+        &self,
+    ) -> Option<(
+        String,
+        Result<codemode_store::StoreStats, codemode_store::StoreError>,
+    )> {
+        self.inner
+            .durable
+            .as_ref()
+            .map(|d| (d.backend.describe(), d.backend.stats()))
     }
 
     /// Code mode for one agent run: `context` scopes its runs and reaches
@@ -340,12 +387,22 @@ fn start_reaper(inner: Weak<Inner>) {
     let spawned = std::thread::Builder::new()
         .name("codemode-reaper".into())
         .spawn(move || {
+            let mut ticks = 0u64;
             loop {
                 std::thread::sleep(TICK);
                 let Some(inner) = inner.upgrade() else {
                     return;
                 };
                 inner.store.expire_now();
+                ticks += 1;
+                // The durable store's own expiry is exact on claim; this
+                // only frees its space (every 10 s).
+                if ticks.is_multiple_of(20)
+                    && let Some(durable) = &inner.durable
+                    && let Err(e) = durable.backend.expire()
+                {
+                    tracing::warn!(error = %e, "the run store could not drop expired runs");
+                }
             }
         });
     if let Err(e) = spawned {

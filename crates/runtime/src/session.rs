@@ -64,6 +64,18 @@ impl Scope {
         }
     }
 
+    /// The owner key of runs only this scope may resume.
+    pub(crate) fn owner_key(&self) -> String {
+        let part = |p: &Option<String>| p.as_deref().unwrap_or("").replace('|', "||");
+        format!(
+            "scope:{}|{}|{}|{}",
+            part(&self.agent_id),
+            part(&self.session_id),
+            part(&self.session_key),
+            part(&self.agent_run_id)
+        )
+    }
+
     pub(crate) fn in_session(&self, session: &str) -> bool {
         self.session_id.as_deref() == Some(session) || self.session_key.as_deref() == Some(session)
     }
@@ -143,6 +155,9 @@ pub struct ToolCallError {
     /// Whether the call was denied before it started (by a human, the
     /// approval policy or a hook): it had no effect.
     pub denied: bool,
+    /// The process running the call died before it finished (a durable
+    /// run resumed elsewhere): it may or may not have taken effect.
+    pub(crate) interrupted: bool,
 }
 
 impl ToolCallError {
@@ -151,7 +166,22 @@ impl ToolCallError {
         ToolCallError {
             message: message.into(),
             denied: false,
+            interrupted: false,
         }
+    }
+
+    /// The call's process died before it answered (`interrupted`).
+    pub(crate) fn interrupted(message: impl Into<String>) -> ToolCallError {
+        ToolCallError {
+            message: message.into(),
+            denied: false,
+            interrupted: true,
+        }
+    }
+
+    /// Whether the call's process died before it answered.
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupted
     }
 
     /// A denial: the call never started.
@@ -159,6 +189,7 @@ impl ToolCallError {
         ToolCallError {
             message: message.into(),
             denied: true,
+            interrupted: false,
         }
     }
 }
@@ -365,6 +396,8 @@ pub struct CodeModeSession {
     /// Who the session's runs belong to across sessions (a principal),
     /// with that owner's bound on suspended runs; set once.
     pub(crate) owner: std::sync::OnceLock<crate::store::Owner>,
+    /// Runs of this session may be resumed by whoever holds their id.
+    runs_by_id: bool,
 }
 
 impl std::fmt::Debug for CodeModeSession {
@@ -395,6 +428,30 @@ impl CodeModeSession {
             hooks: None,
             approver: None,
             owner: std::sync::OnceLock::new(),
+            runs_by_id: false,
+        }
+    }
+
+    /// Lets whoever holds a run id resume the run, from any session (and,
+    /// with a durable store, any process): for requests that carry no
+    /// identity (stateless MCP without authentication), where the run id —
+    /// 128 random bits — is the capability. A session bound to an owner
+    /// ([`CodeModeSession::bind_owner`]) keeps its runs to that owner.
+    pub fn with_runs_resumable_by_id(mut self) -> CodeModeSession {
+        self.runs_by_id = true;
+        self
+    }
+
+    /// Who may resume the runs this session starts: its owner (principal)
+    /// if bound, anyone with the id if [`Self::with_runs_resumable_by_id`],
+    /// else this scope alone.
+    pub(crate) fn owner_key(&self) -> Arc<str> {
+        if let Some(owner) = self.owner.get() {
+            Arc::from(format!("principal:{}", owner.name))
+        } else if self.runs_by_id {
+            Arc::from(codemode_store::ANY_OWNER)
+        } else {
+            Arc::from(self.scope.scope.owner_key())
         }
     }
 
@@ -593,6 +650,19 @@ impl CodeModeSession {
     pub fn abort(&self) {
         self.scope.abort();
         self.runtime.inner.store.abort_scope(&self.scope.scope);
+    }
+
+    /// The session's client is gone: its live drives stop (`aborted`) and
+    /// the runs only it may resume are aborted, but runs owned by a
+    /// principal or by their id keep waiting for a `wait` from another
+    /// session (or, with a durable store, another process).
+    pub fn close(&self) {
+        self.scope.abort();
+        let key = self.scope.scope.owner_key();
+        self.runtime
+            .inner
+            .store
+            .close_scope(&self.scope.scope, &key);
     }
 
     /// Cancels the exec or wait running now with model call id `call_id`

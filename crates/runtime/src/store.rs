@@ -20,6 +20,9 @@ pub(crate) struct SuspendedRun {
     pub(crate) snapshot: Snapshot,
     pub(crate) state: RunState,
     pub(crate) expires: Instant,
+    /// The run's generation in the durable store, if there is one: this
+    /// live copy is current only while the store says the same.
+    pub(crate) generation: Option<u64>,
 }
 
 /// Who a run belongs to beyond its session, and how many suspended runs
@@ -45,6 +48,12 @@ pub(crate) enum StoreError {
     Busy,
     Aborted,
     OtherScope,
+    /// The process that was resuming the run died mid-way (durable store).
+    Interrupted,
+    /// The durable store cannot be reached.
+    Unavailable(String),
+    /// The durable record cannot be restored (another guest build, damage).
+    Restore(String),
     Full {
         limit: usize,
     },
@@ -86,7 +95,16 @@ impl StoreError {
                 "the run \"{run_id}\" was aborted (its run or session was cancelled); its nested calls were cancelled and it cannot be resumed"
             ),
             StoreError::OtherScope => format!(
-                "the run \"{run_id}\" belongs to another agent, session or agent run; wait can only resume runs started in this run"
+                "the run \"{run_id}\" belongs to another owner (agent, session, agent run or principal); wait can only resume your own runs"
+            ),
+            StoreError::Interrupted => format!(
+                "the run \"{run_id}\" was being resumed by a process that stopped before it finished; what it did since is unknown, so the run cannot be resumed safely; start a new exec"
+            ),
+            StoreError::Restore(reason) => {
+                format!("the run \"{run_id}\" cannot be restored: {reason}; start a new exec")
+            }
+            StoreError::Unavailable(reason) => format!(
+                "{reason}; the run \"{run_id}\" is not lost: call wait again when the store is back"
             ),
             StoreError::Full { limit } => format!(
                 "too many suspended runs are held at once (limit {limit}); finish or abandon some before starting more"
@@ -121,6 +139,8 @@ enum Slot {
     Resuming {
         scope: Scope,
         owner: Option<Arc<str>>,
+        /// Who may resume it ([`RunState::owner_key`]).
+        owner_key: Arc<str>,
         abort: bool,
     },
     Expired,
@@ -149,13 +169,45 @@ pub(crate) struct StoreLimits {
 pub(crate) struct RunStore {
     runs: Mutex<HashMap<String, Slot>>,
     limits: StoreLimits,
+    /// The durable store runs are also written to, if any: aborted runs
+    /// are removed there too.
+    durable: Option<Arc<dyn codemode_store::RunBackend>>,
+}
+
+/// A fresh run id: `run_` and 128 random bits.
+pub(crate) fn new_run_id() -> String {
+    format!(
+        "run_{:016x}{:016x}",
+        codemode_sandbox::random_u64(),
+        codemode_sandbox::random_u64()
+    )
+}
+
+/// Whether `key` may resume a run owned by `owner_key`.
+fn may_resume(owner_key: &str, key: &str) -> bool {
+    owner_key == codemode_store::ANY_OWNER || owner_key == key
 }
 
 impl RunStore {
-    pub(crate) fn new(limits: StoreLimits) -> RunStore {
+    pub(crate) fn new(
+        limits: StoreLimits,
+        durable: Option<Arc<dyn codemode_store::RunBackend>>,
+    ) -> RunStore {
         RunStore {
             runs: Mutex::new(HashMap::new()),
             limits,
+            durable,
+        }
+    }
+
+    /// Removes aborted runs from the durable store (outside the lock).
+    fn forget_durable(&self, ids: &[String]) {
+        if let Some(backend) = &self.durable {
+            for id in ids {
+                if let Err(e) = backend.remove(id) {
+                    tracing::warn!(run_id = %id, error = %e, "an aborted run could not be removed from the run store; it expires with its TTL");
+                }
+            }
         }
     }
 
@@ -241,7 +293,8 @@ impl RunStore {
     /// was aborted while it was being resumed.
     pub(crate) fn insert(
         &self,
-        run_id: Option<&str>,
+        run_id: &str,
+        resumed: bool,
         run: SuspendedRun,
     ) -> Result<String, StoreError> {
         let mut runs = self.lock();
@@ -269,7 +322,7 @@ impl RunStore {
                 needed,
             });
         }
-        let result = self.insert_locked(&mut runs, run_id, run);
+        let result = self.insert_locked(&mut runs, run_id, resumed, run);
         drop(runs);
         drop(expired);
         result
@@ -278,10 +331,12 @@ impl RunStore {
     fn insert_locked(
         &self,
         runs: &mut HashMap<String, Slot>,
-        run_id: Option<&str>,
+        run_id: &str,
+        resumed: bool,
         run: SuspendedRun,
     ) -> Result<String, StoreError> {
-        if let Some(id) = run_id {
+        if resumed {
+            let id = run_id;
             match runs.get(id) {
                 Some(Slot::Resuming { abort: false, .. }) => {
                     runs.insert(id.to_owned(), Slot::Waiting(Box::new(run)));
@@ -338,13 +393,8 @@ impl RunStore {
         if runs.len() >= self.limits.max_runs.saturating_mul(4) {
             runs.retain(|_, slot| slot.is_live());
         }
-        let id = format!(
-            "run_{:016x}{:016x}",
-            codemode_sandbox::random_u64(),
-            codemode_sandbox::random_u64()
-        );
-        runs.insert(id.clone(), Slot::Waiting(Box::new(run)));
-        Ok(id)
+        runs.insert(run_id.to_owned(), Slot::Waiting(Box::new(run)));
+        Ok(run_id.to_owned())
     }
 
     /// Forgets a run that was taken for resuming and did not wait again.
@@ -362,10 +412,15 @@ impl RunStore {
     }
 
     /// Takes a waiting run out for resuming, if `scope` may resume it.
-    pub(crate) fn take(&self, run_id: &str, scope: &Scope) -> Result<SuspendedRun, StoreError> {
+    pub(crate) fn take(
+        &self,
+        run_id: &str,
+        scope: &Scope,
+        owner_key: &Arc<str>,
+    ) -> Result<SuspendedRun, StoreError> {
         let mut runs = self.lock();
         let expired = RunStore::sweep(&mut runs, Instant::now());
-        let taken = RunStore::take_locked(&mut runs, run_id, scope);
+        let taken = RunStore::take_locked(&mut runs, run_id, scope, owner_key);
         drop(runs);
         drop(expired);
         taken
@@ -375,16 +430,21 @@ impl RunStore {
         runs: &mut HashMap<String, Slot>,
         run_id: &str,
         scope: &Scope,
+        key: &Arc<str>,
     ) -> Result<SuspendedRun, StoreError> {
         match runs.get(run_id) {
-            Some(Slot::Waiting(run)) if run.state.scope != *scope => Err(StoreError::OtherScope),
+            Some(Slot::Waiting(run)) if !may_resume(&run.state.owner_key, key) => {
+                Err(StoreError::OtherScope)
+            }
             Some(Slot::Waiting(run)) => {
                 let owner = run.state.owner.as_ref().map(|o| Arc::clone(&o.name));
+                let owner_key = Arc::clone(&run.state.owner_key);
                 let taken = runs.insert(
                     run_id.to_owned(),
                     Slot::Resuming {
                         scope: scope.clone(),
                         owner,
+                        owner_key,
                         abort: false,
                     },
                 );
@@ -393,7 +453,9 @@ impl RunStore {
                     _ => Err(StoreError::Unknown),
                 }
             }
-            Some(Slot::Resuming { scope: s, .. }) if s != scope => Err(StoreError::OtherScope),
+            Some(Slot::Resuming { owner_key, .. }) if !may_resume(owner_key, key) => {
+                Err(StoreError::OtherScope)
+            }
             Some(Slot::Resuming { .. }) => Err(StoreError::Busy),
             Some(Slot::Expired) => Err(StoreError::Expired),
             Some(Slot::Aborted) => Err(StoreError::Aborted),
@@ -404,10 +466,13 @@ impl RunStore {
     /// Aborts one run of `scope`; true when it was waiting or resuming.
     pub(crate) fn abort_run(&self, run_id: &str, scope: &Scope) -> bool {
         let mut runs = self.lock();
-        match runs.get_mut(run_id) {
+        let aborted = match runs.get_mut(run_id) {
             Some(Slot::Waiting(run)) if run.state.scope == *scope => {
-                runs.insert(run_id.to_owned(), Slot::Aborted);
-                true
+                let old = runs.insert(run_id.to_owned(), Slot::Aborted);
+                drop(runs);
+                drop(old);
+                self.forget_durable(&[run_id.to_owned()]);
+                return true;
             }
             Some(Slot::Resuming {
                 scope: s, abort, ..
@@ -416,40 +481,81 @@ impl RunStore {
                 true
             }
             _ => false,
-        }
+        };
+        aborted
     }
 
-    /// Aborts every run of `scope`, leaving `aborted` tombstones.
-    pub(crate) fn abort_scope(&self, scope: &Scope) {
+    /// Aborts the runs matching `which`, leaving `aborted` tombstones (and
+    /// removing them from the durable store).
+    fn abort_where(&self, which: impl Fn(&Scope, &str) -> bool) {
         let mut runs = self.lock();
-        for slot in runs.values_mut() {
+        let mut dropped = Vec::new();
+        let mut ids = Vec::new();
+        for (id, slot) in runs.iter_mut() {
             match slot {
-                Slot::Waiting(run) if run.state.scope == *scope => *slot = Slot::Aborted,
+                Slot::Waiting(run) if which(&run.state.scope, &run.state.owner_key) => {
+                    ids.push(id.clone());
+                    dropped.push(std::mem::replace(slot, Slot::Aborted));
+                }
                 Slot::Resuming {
-                    scope: s, abort, ..
-                } if s == scope => *abort = true,
+                    scope,
+                    abort,
+                    owner_key,
+                    ..
+                } if which(scope, owner_key) => *abort = true,
                 _ => {}
             }
         }
+        drop(runs);
+        // Dropped outside the lock: cancelling calls takes other locks.
+        drop(dropped);
+        self.forget_durable(&ids);
+    }
+
+    /// Aborts every run of `scope`.
+    pub(crate) fn abort_scope(&self, scope: &Scope) {
+        self.abort_where(|s, _| s == scope);
+    }
+
+    /// The scope's session is gone: aborts its runs that only it may
+    /// resume; runs owned by a principal or by their id (durable, shared)
+    /// keep waiting for a `wait` from another session.
+    pub(crate) fn close_scope(&self, scope: &Scope, scope_key: &str) {
+        self.abort_where(|s, key| s == scope && key == scope_key);
     }
 
     /// Aborts every run of every scope in `session` (id or key).
     pub(crate) fn abort_session(&self, session: &str) {
-        let mut runs = self.lock();
-        for slot in runs.values_mut() {
-            match slot {
-                Slot::Waiting(run) if run.state.scope.in_session(session) => *slot = Slot::Aborted,
-                Slot::Resuming { scope, abort, .. } if scope.in_session(session) => *abort = true,
-                _ => {}
-            }
-        }
+        self.abort_where(|s, _| s.in_session(session));
+    }
+
+    /// A run restored from the durable store is being resumed here.
+    pub(crate) fn insert_resuming(
+        &self,
+        run_id: &str,
+        scope: &Scope,
+        owner: Option<Arc<str>>,
+        owner_key: Arc<str>,
+    ) {
+        let old = self.lock().insert(
+            run_id.to_owned(),
+            Slot::Resuming {
+                scope: scope.clone(),
+                owner,
+                owner_key,
+                abort: false,
+            },
+        );
+        drop(old);
     }
 
     /// The agent run ended: its waiting runs are dropped without a trace.
     pub(crate) fn discard_scope(&self, scope: &Scope) {
         let mut runs = self.lock();
+        let key = scope.owner_key();
+        // Runs owned beyond the scope (a principal, their id) outlive it.
         runs.retain(|_, slot| match slot {
-            Slot::Waiting(run) => run.state.scope != *scope,
+            Slot::Waiting(run) => run.state.scope != *scope || *run.state.owner_key != *key,
             _ => true,
         });
     }

@@ -37,6 +37,13 @@ pub struct Transformed {
 }
 
 impl Transformed {
+    /// The TypeScript source it was made from (a durable run keeps it and
+    /// transforms it again when restored elsewhere: the transform is
+    /// deterministic).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// Maps a 1-based position in [`Transformed::code`] to the 1-based
     /// position in the TypeScript source it came from.
     pub fn original_position(&self, line: u32, column: u32) -> (u32, u32) {

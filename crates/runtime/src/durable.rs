@@ -1,0 +1,377 @@
+//! Durable runs: what of a waiting run goes to a [`RunBackend`] (the
+//! embedded file store, Redis), and how a run comes back from it in a
+//! process that has none of its live state (after a restart, or on another
+//! replica).
+//!
+//! The in-memory [`crate::store::RunStore`] stays the place of a run's live
+//! state (its calls in flight, its snapshot) in the process that suspended
+//! it; the backend holds the same run as bytes, and is the authority on
+//! who may resume it: every `wait` claims the run there first. A process
+//! whose live copy is older than the backend's generation drops it (its
+//! calls keep running and write their results to the backend).
+//!
+//! A record is `CMR1`, the length of a JSON header, the header (counters,
+//! yields, carried results, calls in flight with the process running them,
+//! the TypeScript source, held result handles) and the snapshot's own
+//! persisted form (build id checked on restore).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use codemode_sandbox::Settlement;
+use codemode_store::RunBackend;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::run_state::{RunInfo, RunState};
+use crate::session::ToolCallError;
+
+/// A durable store and the bounds that hold over it.
+pub(crate) struct Durable {
+    pub(crate) backend: Arc<dyn RunBackend>,
+    pub(crate) bounds: codemode_store::Bounds,
+}
+
+/// Where a run's nested-call results are written while it waits in a
+/// durable store; shared with the tasks of its calls.
+#[derive(Clone, Default)]
+pub(crate) struct ResultSink(Arc<Mutex<Option<Target>>>);
+
+#[derive(Clone)]
+struct Target {
+    backend: Arc<dyn RunBackend>,
+    run_id: Arc<str>,
+}
+
+impl ResultSink {
+    /// From now on results are written under `run_id`.
+    pub(crate) fn persist_to(&self, backend: &Arc<dyn RunBackend>, run_id: &str) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Target {
+            backend: Arc::clone(backend),
+            run_id: Arc::from(run_id),
+        });
+    }
+
+    /// The run is live in this process again: results only go to it.
+    pub(crate) fn stop(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    fn target(&self) -> Option<Target> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Writes a finished call's outcome, if the run waits in a store (off
+    /// the async workers: the write blocks).
+    pub(crate) async fn record(&self, request_id: u32, outcome: &Result<Value, ToolCallError>) {
+        let Some(target) = self.target() else {
+            return;
+        };
+        let bytes = encode_outcome(outcome);
+        let written = tokio::task::spawn_blocking(move || {
+            target
+                .backend
+                .put_result(&target.run_id, request_id, &bytes)
+                .map_err(|e| (target.run_id, e))
+        })
+        .await;
+        if let Ok(Err((run_id, e))) = written {
+            // The process still delivers it when the run resumes here.
+            tracing::warn!(run_id = %run_id, request_id, error = %e, "a nested call's result could not be written to the run store");
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum StoredOutcome {
+    Ok(Value),
+    Err {
+        message: String,
+        denied: bool,
+        #[serde(default)]
+        interrupted: bool,
+    },
+}
+
+pub(crate) fn encode_outcome(outcome: &Result<Value, ToolCallError>) -> Vec<u8> {
+    let stored = match outcome {
+        Ok(v) => StoredOutcome::Ok(v.clone()),
+        Err(e) => StoredOutcome::Err {
+            message: e.message.clone(),
+            denied: e.denied,
+            interrupted: e.interrupted,
+        },
+    };
+    serde_json::to_vec(&stored).unwrap_or_default()
+}
+
+pub(crate) fn decode_outcome(bytes: &[u8]) -> Result<Value, ToolCallError> {
+    match serde_json::from_slice(bytes) {
+        Ok(StoredOutcome::Ok(v)) => Ok(v),
+        Ok(StoredOutcome::Err {
+            message,
+            denied,
+            interrupted,
+        }) => Err(ToolCallError {
+            message,
+            denied,
+            interrupted,
+        }),
+        Err(_) => Err(ToolCallError::interrupted(
+            "the stored result of this call is damaged; the call may or may not have taken effect",
+        )),
+    }
+}
+
+/// The message of a call whose process died.
+pub(crate) fn interrupted_call(tool_id: &str) -> ToolCallError {
+    ToolCallError::interrupted(format!(
+        "the nested call to {tool_id} was interrupted: the process running it stopped before it answered (a gateway restart, or a replica that went away). It may or may not have taken effect; it was not run again. Check its effect before you call it again."
+    ))
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum StoredSettlement {
+    Resolve(Value),
+    ResolveJson(String),
+    Reject {
+        message: String,
+        code: Option<String>,
+    },
+}
+
+impl From<&Settlement> for StoredSettlement {
+    fn from(s: &Settlement) -> StoredSettlement {
+        match s {
+            Settlement::Resolve(v) => StoredSettlement::Resolve(v.clone()),
+            Settlement::ResolveJson(t) => StoredSettlement::ResolveJson(t.clone()),
+            Settlement::Reject { message, code } => StoredSettlement::Reject {
+                message: message.clone(),
+                code: code.clone(),
+            },
+        }
+    }
+}
+
+impl From<StoredSettlement> for Settlement {
+    fn from(s: StoredSettlement) -> Settlement {
+        match s {
+            StoredSettlement::Resolve(v) => Settlement::Resolve(v),
+            StoredSettlement::ResolveJson(t) => Settlement::ResolveJson(t),
+            StoredSettlement::Reject { message, code } => Settlement::Reject { message, code },
+        }
+    }
+}
+
+/// A call in flight when the run was stored.
+#[derive(Serialize, Deserialize, Clone)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PendingCall {
+    pub(crate) request_id: u32,
+    pub(crate) call_id: String,
+    pub(crate) tool_id: String,
+    pub(crate) method: String,
+    /// The process running it.
+    pub(crate) instance: String,
+}
+
+/// Everything of a run but its snapshot.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunRecord {
+    pub(crate) parent_call_id: String,
+    pub(crate) language: Option<String>,
+    pub(crate) info: StoredInfo,
+    pub(crate) yields: Vec<u32>,
+    carried: Vec<(u32, StoredSettlement)>,
+    pub(crate) pending: Vec<PendingCall>,
+    pub(crate) typescript: Option<String>,
+    pub(crate) handle_nonce: String,
+    pub(crate) handles: Vec<Value>,
+    /// Who may resume it (the store checks it on claim too).
+    pub(crate) owner_key: String,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StoredInfo {
+    exec_count: u32,
+    wait_count: u32,
+    search_count: u32,
+    describe_count: u32,
+    api_count: u32,
+    call_count: u32,
+    tool_ids: Vec<String>,
+    cancelled: u32,
+}
+
+impl RunRecord {
+    pub(crate) fn carried(&mut self) -> impl Iterator<Item = (u32, Settlement)> + '_ {
+        self.carried.drain(..).map(|(id, s)| (id, s.into()))
+    }
+
+    pub(crate) fn run_info(&self) -> RunInfo {
+        let i = &self.info;
+        RunInfo {
+            language: self
+                .language
+                .as_deref()
+                .and_then(crate::config::Language::parse),
+            exec_count: i.exec_count,
+            wait_count: i.wait_count,
+            search_count: i.search_count,
+            describe_count: i.describe_count,
+            api_count: i.api_count,
+            call_count: i.call_count,
+            tool_ids: i.tool_ids.clone(),
+            cancelled: i.cancelled,
+        }
+    }
+}
+
+const MAGIC: &[u8; 4] = b"CMR1";
+
+/// The record of a waiting run, with `snapshot` (its persisted form).
+pub(crate) fn encode(state: &RunState, snapshot: &[u8], instance: &str) -> Vec<u8> {
+    let i = &state.info;
+    let (handle_nonce, handles) = state.handles.export();
+    let record = RunRecord {
+        parent_call_id: state.parent_call_id.clone(),
+        language: i.language.map(|l| l.as_str().to_owned()),
+        info: StoredInfo {
+            exec_count: i.exec_count,
+            wait_count: i.wait_count,
+            search_count: i.search_count,
+            describe_count: i.describe_count,
+            api_count: i.api_count,
+            call_count: i.call_count,
+            tool_ids: i.tool_ids.clone(),
+            cancelled: i.cancelled,
+        },
+        yields: state.yields.clone(),
+        carried: state
+            .carried
+            .iter()
+            .map(|(id, s)| (*id, StoredSettlement::from(s)))
+            .collect(),
+        pending: state
+            .calls
+            .pending_by_request()
+            .map(|(request_id, c)| PendingCall {
+                request_id,
+                call_id: c.info.call_id.clone(),
+                tool_id: c.info.tool_id.clone(),
+                method: c.info.method.to_owned(),
+                instance: instance.to_owned(),
+            })
+            .collect(),
+        typescript: state.source_map.as_ref().map(|t| t.source().to_owned()),
+        handle_nonce,
+        handles,
+        owner_key: state.owner_key.to_string(),
+    };
+    let header = serde_json::to_vec(&record).unwrap_or_default();
+    let mut out = Vec::with_capacity(8 + header.len() + snapshot.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(snapshot);
+    out
+}
+
+/// The record and the snapshot bytes, or why the bytes are no record.
+pub(crate) fn decode(bytes: &[u8]) -> Result<(RunRecord, &[u8]), String> {
+    if bytes.get(..4) != Some(MAGIC.as_slice()) {
+        return Err("not a codemode run record (another format or version)".into());
+    }
+    let len = bytes
+        .get(4..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+        .ok_or("a truncated run record")? as usize;
+    let header = bytes
+        .get(8..8usize.saturating_add(len))
+        .ok_or("a truncated run record")?;
+    let record: RunRecord =
+        serde_json::from_slice(header).map_err(|e| format!("a damaged run record: {e}"))?;
+    Ok((record, &bytes[8 + len..]))
+}
+
+/// The `method` of a restored call, as the static name calls carry.
+pub(crate) fn static_method(method: &str) -> &'static str {
+    crate::guest_api::McpOp::ALL
+        .into_iter()
+        .map(|op| op.method().as_str())
+        .find(|m| *m == method)
+        .unwrap_or("call")
+}
+
+/// Waits in the durable store for the result of a call another process
+/// runs; `interrupted` once that process is gone. Runs on a blocking
+/// thread; stops when `cancelled` is set (the run ended).
+pub(crate) fn await_remote(
+    backend: &Arc<dyn RunBackend>,
+    run_id: &str,
+    call: &PendingCall,
+    cancelled: &std::sync::atomic::AtomicBool,
+) -> Result<Value, ToolCallError> {
+    use std::sync::atomic::Ordering;
+    let mut unreachable_since: Option<std::time::Instant> = None;
+    while !cancelled.load(Ordering::Relaxed) {
+        match backend.await_result(run_id, call.request_id, Duration::from_millis(500)) {
+            Ok(Some(bytes)) => return decode_outcome(&bytes),
+            Ok(None) => {
+                unreachable_since = None;
+                if !backend.instance_alive(&call.instance) {
+                    // It may have written the result just before it died.
+                    return match backend.await_result(run_id, call.request_id, Duration::ZERO) {
+                        Ok(Some(bytes)) => decode_outcome(&bytes),
+                        _ => Err(interrupted_call(&call.tool_id)),
+                    };
+                }
+            }
+            Err(e) => {
+                let since = *unreachable_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() > Duration::from_secs(30) {
+                    return Err(ToolCallError::new(format!(
+                        "the result of this call cannot be read: {e}; it may or may not have taken effect"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
+    Err(ToolCallError::new("the run ended before the call answered"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_round_trip_and_damaged_ones_are_interrupted() {
+        for outcome in [
+            Ok(serde_json::json!({"content": [{"type": "text", "text": "hi"}]})),
+            Err(ToolCallError::new("boom")),
+            Err(ToolCallError::denied("no")),
+            Err(ToolCallError::interrupted("gone")),
+        ] {
+            assert_eq!(decode_outcome(&encode_outcome(&outcome)), outcome);
+        }
+        let damaged = decode_outcome(b"{not json");
+        assert!(damaged.is_err_and(|e| e.is_interrupted()));
+    }
+
+    #[test]
+    fn records_that_are_not_ours_are_refused() {
+        assert!(decode(b"").is_err());
+        assert!(decode(b"CMR1").is_err());
+        assert!(decode(b"CMR1\xff\xff\xff\x7f{}").is_err());
+        assert!(decode(b"XXXX\x02\x00\x00\x00{}").is_err());
+    }
+}
