@@ -25,6 +25,8 @@ use std::time::Duration;
 mod file;
 mod notify;
 mod redis_backend;
+#[doc(hidden)]
+pub mod testing;
 
 pub use file::FileBackend;
 pub use redis_backend::RedisBackend;

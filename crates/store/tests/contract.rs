@@ -3,12 +3,11 @@
 //! on a free port; `cargo xtask ci` installs Debian's package).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use codemode_store::testing::RedisServer as Redis;
 use codemode_store::{ANY_OWNER, Bounds, FileBackend, RedisBackend, RunBackend, StoreError};
 
 const BOUNDS: Bounds = Bounds {
@@ -16,76 +15,6 @@ const BOUNDS: Bounds = Bounds {
     max_bytes: 1 << 20,
 };
 const TTL: Duration = Duration::from_secs(60);
-
-/// A `redis-server` of this test alone, stopped when dropped.
-struct Redis {
-    child: Child,
-    url: String,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let child = Redis::spawn(port, &dir);
-        Redis {
-            child,
-            url: format!("redis://127.0.0.1:{port}/0"),
-            port,
-            dir,
-        }
-    }
-
-    /// Stops the server (SIGKILL) and starts it again on the same port and
-    /// append-only file.
-    fn restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.child = Redis::spawn(self.port, &self.dir);
-    }
-
-    fn spawn(port: u16, dir: &tempfile::TempDir) -> Child {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect(
-                "redis-server must be installed (cargo xtask ci installs Debian's redis-server)",
-            );
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "redis-server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Opens backends on one store: a second `open` is another process's view
 /// (for the file store, after the first is closed: the file is locked).
@@ -103,7 +32,7 @@ impl Place for FilePlace {
 
 impl Place for Redis {
     fn open(&self) -> Arc<dyn RunBackend> {
-        Arc::new(RedisBackend::open(&self.url).expect("connects"))
+        Arc::new(RedisBackend::open(&self.url()).expect("connects"))
     }
 }
 
@@ -319,9 +248,8 @@ fn an_unreachable_redis_is_a_clear_error_and_a_restarted_one_is_used_again() {
     let mut redis = Redis::start();
     let store = redis.open();
     store.put("run_p", "o", b"kept", TTL, BOUNDS).expect("put");
-    let url = redis.url.clone();
-    let _ = redis.child.kill();
-    let _ = redis.child.wait();
+    let url = redis.url();
+    redis.kill();
     match store.put("run_q", "o", b"x", TTL, BOUNDS) {
         Err(StoreError::Unavailable { store, .. }) => assert_eq!(store, url),
         other => panic!("expected unavailable, got {other:?}"),

@@ -1,0 +1,365 @@
+//! Durable runs, against every durable backend (the embedded file store and
+//! a real `redis-server`): a waiting run outlives its process (a runtime
+//! dropped mid-wait is a process that died), results that arrived while it
+//! waited are delivered after the restart, calls whose process died reject
+//! with `interrupted` and are never re-run, two runtimes on one Redis
+//! share runs (a call still running on the first is delivered on the
+//! second), ownership and TTL hold across processes, records of another
+//! guest build are refused, and an unreachable store fails the suspension
+//! with `runtime_unavailable`.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use codemode_runtime::codemode_store::testing::RedisServer;
+use codemode_runtime::codemode_store::{self, RunBackend};
+use codemode_runtime::{CodeModeRuntime, DurableStore, RuntimeOptions, ToolPolicy, ToolSource};
+use common::{Behaviour, Scripted, context, exec, runtime_with, session_in, tool, wait};
+use serde_json::{Value, json};
+
+const CONFIG: &str = "{tools:{codeMode:{enabled:true, timeoutMs: 400, snapshotTtlSeconds: 60}}}";
+/// The process after a restart: its waits last long enough to see a dead
+/// Redis replica's heartbeat run out (3 s) while following its calls.
+const PATIENT: &str = "{tools:{codeMode:{enabled:true, timeoutMs: 8000, snapshotTtlSeconds: 60}}}";
+
+fn tools() -> Vec<codemode_runtime::ToolDefinition> {
+    vec![
+        tool(ToolSource::Client, "app", "slow", "Answers after a while"),
+        tool(ToolSource::Client, "app", "later", "Answers after 600 ms"),
+        tool(ToolSource::Openclaw, "core", "echo", "Echo"),
+    ]
+}
+
+fn executor(slow: Duration) -> Scripted {
+    Scripted::default()
+        .with(
+            "client:app:slow",
+            Behaviour::Delay(slow, json!({"slow": "done"})),
+        )
+        .with(
+            "client:app:later",
+            Behaviour::Delay(Duration::from_millis(600), json!({"later": "done"})),
+        )
+        .with("openclaw:core:echo", Behaviour::Echo)
+}
+
+/// Where the runs are kept: a file store's path, or a Redis server.
+enum Place {
+    File(PathBuf, #[allow(dead_code)] tempfile::TempDir),
+    Redis(RedisServer),
+}
+
+impl Place {
+    fn file() -> Place {
+        let dir = tempfile::tempdir().unwrap();
+        Place::File(dir.path().join("runs.db"), dir)
+    }
+
+    fn redis() -> Place {
+        Place::Redis(RedisServer::start())
+    }
+
+    /// A backend on this place; the file store is retried while a dropped
+    /// runtime's last tasks still hold it (the file is locked per process).
+    fn backend(&self) -> Arc<dyn RunBackend> {
+        match self {
+            Place::File(path, _) => {
+                let until = std::time::Instant::now() + Duration::from_secs(10);
+                loop {
+                    match codemode_store::FileBackend::open(Path::new(path)) {
+                        Ok(b) => return Arc::new(b),
+                        Err(e) if std::time::Instant::now() > until => panic!("{e}"),
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+            }
+            Place::Redis(server) => {
+                Arc::new(codemode_store::RedisBackend::open(&server.url()).unwrap())
+            }
+        }
+    }
+
+    /// A runtime (one process) on this place.
+    fn runtime(&self, config: &str) -> CodeModeRuntime {
+        runtime_with(
+            config,
+            RuntimeOptions {
+                durable_store: Some(DurableStore(self.backend())),
+                ..RuntimeOptions::default()
+            },
+        )
+    }
+}
+
+/// A session of principal `who` (runs owned by the principal, so another
+/// session, and another process, of the same principal may resume them).
+fn session_of(
+    runtime: &CodeModeRuntime,
+    who: &str,
+    executor: Scripted,
+) -> codemode_runtime::CodeModeSession {
+    let run = format!("run-{}", codemode_sandbox::random_u64());
+    let s = session_in(
+        runtime,
+        context("agent", &format!("sess-{run}"), &run),
+        tools(),
+        &ToolPolicy::default(),
+        executor,
+    );
+    assert!(s.bind_owner(who, 64));
+    s
+}
+
+async fn each_place(test: impl AsyncFn(Place)) {
+    test(Place::file()).await;
+    test(Place::redis()).await;
+}
+
+/// Drops a runtime as a process death would: its calls are cancelled, and
+/// nothing of it is asked to clean up the store.
+fn die(runtime: CodeModeRuntime) {
+    runtime.shutdown();
+    drop(runtime);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_run_outlives_its_process_and_a_dead_call_is_interrupted_not_rerun() {
+    each_place(async |place| {
+        let first = place.runtime(CONFIG);
+        let calls_before = executor(Duration::from_secs(60));
+        let s = session_of(&first, "alice", calls_before.clone());
+        let started = exec(
+            &s,
+            r#"
+            text("before");
+            const r = await tools.slow({}).then(
+              v => "value " + JSON.stringify(v),
+              e => "caught " + e.code + ": " + e.message);
+            text("after");
+            return r;
+            "#,
+        )
+        .await;
+        assert_eq!(started["status"], "waiting", "{started}");
+        let run_id = started["runId"].clone();
+        drop(s);
+        die(first);
+
+        let second = place.runtime(PATIENT);
+        let calls_after = executor(Duration::from_secs(60));
+        let s = session_of(&second, "alice", calls_after.clone());
+        let resumed = wait(&s, &run_id).await;
+        assert_eq!(resumed["status"], "completed", "{resumed}");
+        let value = resumed["value"].as_str().unwrap();
+        assert!(
+            value.starts_with("caught interrupted: ")
+                && value.contains("may or may not have taken effect"),
+            "{value}"
+        );
+        assert_eq!(resumed["output"][0]["text"], "after", "{resumed}");
+        assert_eq!(
+            calls_after.call_count(),
+            0,
+            "the interrupted call was not re-run"
+        );
+        assert_eq!(calls_before.call_count(), 1);
+        // The finished run left the store.
+        let again = wait(&s, &run_id).await;
+        assert_eq!(again["code"], "invalid_input", "{again}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_that_arrived_while_the_run_waited_are_delivered_after_a_restart() {
+    each_place(async |place| {
+        let first = place.runtime(CONFIG);
+        let s = session_of(&first, "alice", executor(Duration::from_secs(60)));
+        let started = exec(
+            &s,
+            r#"const a = await tools.later({}); const b = await tools.echo({n: 2}); return [a, b];"#,
+        )
+        .await;
+        assert_eq!(started["status"], "waiting", "{started}");
+        let run_id = started["runId"].clone();
+        // The call finishes while the run waits: its result goes to the store.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        drop(s);
+        die(first);
+        let second = place.runtime(CONFIG);
+        let s = session_of(&second, "alice", executor(Duration::from_secs(60)));
+        let resumed = wait(&s, &run_id).await;
+        assert_eq!(resumed["status"], "completed", "{resumed}");
+        assert_eq!(resumed["value"], json!([{"later": "done"}, {"n": 2}]));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_belong_to_their_owner_in_every_process() {
+    each_place(async |place| {
+        let first = place.runtime(CONFIG);
+        let s = session_of(&first, "alice", executor(Duration::from_secs(60)));
+        let started = exec(
+            &s,
+            "try { return await tools.later({}) } catch (e) { return e.code }",
+        )
+        .await;
+        let run_id = started["runId"].clone();
+        drop(s);
+        die(first);
+        let second = place.runtime(PATIENT);
+        let mallory = session_of(&second, "mallory", executor(Duration::from_secs(60)));
+        let refused = wait(&mallory, &run_id).await;
+        assert_eq!(refused["code"], "invalid_input", "{refused}");
+        assert!(
+            refused["error"].as_str().unwrap().contains("another owner"),
+            "{refused}"
+        );
+        // A refused wait changed nothing: the owner still resumes it.
+        let alice = session_of(&second, "alice", executor(Duration::from_secs(60)));
+        let resumed = wait(&alice, &run_id).await;
+        assert_eq!(resumed["status"], "completed", "{resumed}");
+        assert_eq!(resumed["value"], "interrupted", "{resumed}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_ttl_is_expired_after_a_restart() {
+    each_place(async |place| {
+        let config = "{tools:{codeMode:{enabled:true, timeoutMs: 300, snapshotTtlSeconds: 1}}}";
+        let first = place.runtime(config);
+        let s = session_of(&first, "alice", executor(Duration::from_secs(60)));
+        let started = exec(&s, "return await tools.slow({})").await;
+        let run_id = started["runId"].clone();
+        drop(s);
+        die(first);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let second = place.runtime(config);
+        let s = session_of(&second, "alice", executor(Duration::from_secs(60)));
+        let late = wait(&s, &run_id).await;
+        assert_eq!(late["code"], "snapshot_expired", "{late}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_another_guest_build_is_refused_with_snapshot_restore_failed() {
+    each_place(async |place| {
+        // What another build would have written: our record framing, a
+        // snapshot whose header names another build id.
+        let header = br#"{"parentCallId":"c1","language":"javascript","info":{},"yields":[],"carried":[],"pending":[],"typescript":null,"handleNonce":"n","handles":[],"ownerKey":"principal:alice"}"#;
+        let mut record = b"CMR1".to_vec();
+        record.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        record.extend_from_slice(header);
+        record.extend_from_slice(b"CMSNAP\x01\x00");
+        record.extend_from_slice(&[0xAB; 32]);
+        let backend = place.backend();
+        backend
+            .put(
+                "run_0123456789abcdef0123456789abcdef",
+                "principal:alice",
+                &record,
+                Duration::from_secs(60),
+                codemode_store::Bounds { max_runs: 100, max_bytes: 1 << 20 },
+            )
+            .unwrap();
+        drop(backend);
+        let runtime = place.runtime(CONFIG);
+        let s = session_of(&runtime, "alice", executor(Duration::from_secs(60)));
+        let refused = wait(&s, &json!("run_0123456789abcdef0123456789abcdef")).await;
+        assert_eq!(refused["code"], "snapshot_restore_failed", "{refused}");
+        // Refused records are removed, not retried.
+        let again = wait(&s, &json!("run_0123456789abcdef0123456789abcdef")).await;
+        assert_eq!(again["code"], "invalid_input", "{again}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runtimes_on_one_redis_share_runs_and_calls_still_running() {
+    let place = Place::redis();
+    let a = place.runtime(CONFIG);
+    let b = place.runtime("{tools:{codeMode:{enabled:true, timeoutMs: 5000}}}");
+    let calls_a = executor(Duration::from_millis(1500));
+    let calls_b = executor(Duration::from_millis(1500));
+    let sa = session_of(&a, "alice", calls_a.clone());
+    let sb = session_of(&b, "alice", calls_b.clone());
+    let started = exec(&sa, "const v = await tools.slow({}); return v;").await;
+    assert_eq!(started["status"], "waiting", "{started}");
+    let run_id = started["runId"].clone();
+    // Resumed on b while the call still runs on a: b follows it through
+    // the store and delivers it when a's call answers.
+    let resumed = wait(&sb, &run_id).await;
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    assert_eq!(resumed["value"], json!({"slow": "done"}));
+    assert_eq!((calls_a.call_count(), calls_b.call_count()), (1, 0));
+    // a's stale copy is gone: a wait there says the run is unknown.
+    let after = wait(&sa, &run_id).await;
+    assert_eq!(after["code"], "invalid_input", "{after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_dies_mid_call_gives_interrupted_on_the_other() {
+    let place = Place::redis();
+    let a = place.runtime(CONFIG);
+    let b = place.runtime("{tools:{codeMode:{enabled:true, timeoutMs: 15000}}}");
+    let sa = session_of(&a, "alice", executor(Duration::from_secs(60)));
+    let sb = session_of(&b, "alice", executor(Duration::from_secs(60)));
+    let started = exec(
+        &sa,
+        r#"try { return await tools.slow({}); } catch (e) { return e.code; }"#,
+    )
+    .await;
+    let run_id = started["runId"].clone();
+    let waiting = tokio::spawn(async move { wait(&sb, &run_id).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(sa);
+    die(a);
+    let resumed: Value = waiting.await.unwrap();
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    assert_eq!(resumed["value"], "interrupted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_store_fails_the_suspension_with_runtime_unavailable() {
+    let Place::Redis(mut server) = Place::redis() else {
+        unreachable!()
+    };
+    let runtime = runtime_with(
+        CONFIG,
+        RuntimeOptions {
+            durable_store: Some(DurableStore(Arc::new(
+                codemode_store::RedisBackend::open(&server.url()).unwrap(),
+            ))),
+            ..RuntimeOptions::default()
+        },
+    );
+    let calls = executor(Duration::from_secs(60));
+    let s = session_of(&runtime, "alice", calls.clone());
+    server.kill();
+    // A cell that needs no suspension is not affected.
+    let quick = exec(&s, "return 6 * 7").await;
+    assert_eq!(quick["value"], 42, "{quick}");
+    let failed = exec(&s, "text('kept'); return await tools.slow({})").await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["code"], "runtime_unavailable", "{failed}");
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .contains("redis://127.0.0.1"),
+        "{failed}"
+    );
+    assert_eq!(
+        failed["output"][0]["text"], "kept",
+        "output is not lost: {failed}"
+    );
+    let stats = runtime.durable_store_stats().unwrap();
+    assert!(stats.1.is_err());
+}

@@ -1,0 +1,110 @@
+//! Test support: a real `redis-server` of one test alone, on a free port,
+//! with an append-only file in a directory of its own; stopped (SIGKILL)
+//! and its directory removed when dropped. Used by this crate's, the
+//! runtime's and the gateway's tests; `cargo xtask ci` installs Debian's
+//! `redis-server`.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `redis-server`.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts one and waits until it accepts connections.
+    ///
+    /// # Panics
+    /// When `redis-server` is not installed or does not start in 20 s
+    /// (tests must not pass without the real component).
+    #[allow(
+        clippy::expect_used,
+        reason = "test support: failing loudly is the point"
+    )]
+    pub fn start() -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let dir = std::env::temp_dir().join(format!(
+            "codemode-redis-{}-{port}-{}",
+            std::process::id(),
+            crate::new_instance_id()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+        };
+        server.spawn();
+        server
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Kills the server (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills it and starts it again on the same port and append-only file.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    #[allow(
+        clippy::expect_used,
+        reason = "test support: failing loudly is the point"
+    )]
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            // Durable settings: every write is on disk before the reply.
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "redis-server must be installed (cargo xtask ci installs Debian's redis-server)",
+            );
+        self.child = Some(child);
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis-server did not start on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
