@@ -16,6 +16,11 @@ import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 export const here = dirname(fileURLToPath(import.meta.url));
 export const BIN = process.env.CODEMODE_BIN;
 if (!BIN) throw new Error("set CODEMODE_BIN to the codemode binary (the Rust test harness does)");
+// Gateways started here keep their data (the default run store runs.db,
+// OAuth tokens) in a directory of this test process, never in the user's.
+if (!process.env.CODEMODE_DATA_DIR) {
+  process.env.CODEMODE_DATA_DIR = mkdtempSync(join(tmpdir(), "codemode-e2e-data-"));
+}
 
 const modules = join(here, "node_modules");
 export const servers = {
@@ -174,6 +179,8 @@ export async function startHttpGateway(configPath, { args = [], env = {}, bin = 
     admin,
     metrics,
     stop: async () => { child.kill("SIGINT"); return exited; },
+    /** Ends it as a crash would: no shutdown at all. */
+    kill: async () => { child.kill("SIGKILL"); return exited; },
   };
 }
 

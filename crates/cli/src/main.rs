@@ -132,6 +132,11 @@ enum Command {
         /// something in front of the gateway authenticates).
         #[arg(long)]
         insecure_no_auth: bool,
+        /// Where waiting runs are kept: `memory`, `file:PATH`, or
+        /// `redis://HOST:PORT/DB` (shared by replicas); over the config's
+        /// `store`. Default: runs.db in the data directory.
+        #[arg(long, value_name = "STORE", value_parser = codemode_mcp::config::StoreSetting::parse)]
+        store: Option<codemode_mcp::config::StoreSetting>,
     },
     /// List, approve or deny calls awaiting approval at a gateway's
     /// operator endpoint (token from CODEMODE_ADMIN_TOKEN).
@@ -359,6 +364,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             admin_listen,
             metrics,
             insecure_no_auth,
+            store,
         } => serve(
             &config,
             Listeners {
@@ -374,6 +380,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 http_session_idle: http_idle_secs.map(std::time::Duration::from_secs),
                 operator_approvals: admin_listen.is_some(),
                 insecure_no_auth,
+                store,
             },
         ),
         Command::Approvals { action, admin } => approvals(action, admin),

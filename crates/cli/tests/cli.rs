@@ -408,6 +408,11 @@ fn typescript_cells_run_with_language_typescript() {
 fn serve_exits_on_sigterm_even_while_the_client_says_nothing() {
     let config = write_temp("idle.json5", "{ mcpServers: {} }");
     let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        // Data (the default run store) of this test process, not the user's.
+        .env(
+            "CODEMODE_DATA_DIR",
+            std::env::temp_dir().join(format!("codemode-test-data-{}", std::process::id())),
+        )
         .args(["serve", "--config", config.to_str().unwrap()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -107,6 +107,17 @@ fn progress_reaches_a_client_that_asks() {
     assert!(out.contains("ℹ pass 2"), "every scenario ran: {out}");
 }
 
+/// Durable runs (`e2e/durable.test.mjs`): a waiting run survives SIGKILL
+/// of the gateway on the embedded file store (finished calls delivered,
+/// dead ones `interrupted`, none run twice), and two gateways share runs on
+/// one real redis-server (a call still running on the first is delivered
+/// on the second; killing the first mid-call gives `interrupted`).
+#[test]
+fn waiting_runs_survive_restarts_and_move_between_replicas() {
+    let out = node_suite("durable.test.mjs");
+    assert!(out.contains("ℹ pass 3"), "every scenario ran: {out}");
+}
+
 /// Elicitation relayed (`e2e/elicitation.test.mjs`): server-everything
 /// asks its user mid-call; the client whose run made the call answers; a
 /// client without elicitation gets the upstream an error at once.

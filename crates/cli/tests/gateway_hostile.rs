@@ -33,6 +33,11 @@ impl Gateway {
         )
         .unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+            // Data (the default run store) of this test process, not the user's.
+            .env(
+                "CODEMODE_DATA_DIR",
+                std::env::temp_dir().join(format!("codemode-test-data-{}", std::process::id())),
+            )
             .args(["serve", "--config", config.to_str().unwrap()])
             .env("CODEMODE_LOG", "warn")
             .stdin(Stdio::piped())
@@ -264,6 +269,11 @@ fn start_http_gateway(extra: &[&str]) -> (std::process::Child, String) {
     ));
     std::fs::write(&config, "{ mcpServers: {} }").unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        // Data (the default run store) of this test process, not the user's.
+        .env(
+            "CODEMODE_DATA_DIR",
+            std::env::temp_dir().join(format!("codemode-test-data-{}", std::process::id())),
+        )
         .args([
             "serve",
             "--config",

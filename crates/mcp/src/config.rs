@@ -253,6 +253,44 @@ pub struct GatewayConfig {
     /// `results.handleBytes`: nested results larger than this (as JSON)
     /// reach cells as handles (default: the runtime's, 1 MiB).
     pub result_handle_bytes: Option<usize>,
+    /// `store`: where waiting runs are kept (`None`: the default, the
+    /// embedded file store in the data directory).
+    pub store: Option<StoreSetting>,
+}
+
+/// Where waiting runs are kept (`store`, `--store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSetting {
+    /// `memory`: in this process only; a restart loses waiting runs.
+    Memory,
+    /// `file:PATH`: the embedded durable store (one process at a time).
+    File(std::path::PathBuf),
+    /// `redis://[user:password@]HOST:PORT/DB`: shared by replicas.
+    Redis(String),
+}
+
+impl StoreSetting {
+    /// Parses a `store` value.
+    ///
+    /// # Errors
+    /// What to write instead.
+    pub fn parse(text: &str) -> Result<StoreSetting, String> {
+        if text == "memory" {
+            Ok(StoreSetting::Memory)
+        } else if let Some(path) = text.strip_prefix("file:") {
+            if path.is_empty() {
+                Err("`file:` needs a path, like \"file:/var/lib/codemode/runs.db\"".into())
+            } else {
+                Ok(StoreSetting::File(path.into()))
+            }
+        } else if text.starts_with("redis://") {
+            Ok(StoreSetting::Redis(text.to_owned()))
+        } else {
+            Err(format!(
+                "unknown store {text:?}; write \"memory\", \"file:PATH\" or \"redis://HOST:PORT/DB\""
+            ))
+        }
+    }
 }
 
 /// One of `auth.bearerTokens`.
@@ -343,6 +381,7 @@ pub fn parse_config(
     let mut auth = None;
     let mut result_form = ResultForm::default();
     let mut result_handle_bytes = None;
+    let mut store = None;
     for (key, value) in object {
         match key.as_str() {
             "tools" => match value {
@@ -379,6 +418,18 @@ pub fn parse_config(
                 (result_form, result_handle_bytes) =
                     parse_results(value, &mut errors, &mut diagnostics);
             }
+            "store" => match value {
+                Value::String(text) => {
+                    match expand(text, env).and_then(|t| StoreSetting::parse(&t)) {
+                        Ok(setting) => store = Some(setting),
+                        Err(message) => errors.push(error("store", &message)),
+                    }
+                }
+                _ => errors.push(error(
+                    "store",
+                    "expected a string: \"memory\", \"file:PATH\" or \"redis://HOST:PORT/DB\"",
+                )),
+            },
             other => diagnostics.push(unknown(other)),
         }
     }
@@ -412,6 +463,7 @@ pub fn parse_config(
                 auth,
                 result_form,
                 result_handle_bytes,
+                store,
             },
             diagnostics,
         ))
@@ -1547,6 +1599,29 @@ mod tests {
             "mcpServers.d.oauth",
         ] {
             assert!(paths.contains(&path), "{path}: {paths:?}");
+        }
+    }
+
+    #[test]
+    fn the_store_setting_parses_and_names_bad_values() {
+        for (text, want) in [
+            ("memory", StoreSetting::Memory),
+            (
+                "file:/tmp/runs.db",
+                StoreSetting::File("/tmp/runs.db".into()),
+            ),
+            (
+                "redis://127.0.0.1:6379/0",
+                StoreSetting::Redis("redis://127.0.0.1:6379/0".into()),
+            ),
+        ] {
+            let (config, _) = parse(&format!("{{ store: {text:?} }}")).unwrap();
+            assert_eq!(config.store, Some(want));
+        }
+        assert_eq!(parse("{}").unwrap().0.store, None);
+        for bad in [r#""file:""#, r#""postgres://x""#, "42"] {
+            let problems = parse(&format!("{{ store: {bad} }}")).unwrap_err();
+            assert_eq!(problems.errors[0].path, "store", "{bad}");
         }
     }
 

@@ -65,6 +65,9 @@ pub enum GatewayError {
     /// The MCP handshake over stdio failed.
     #[error("MCP over stdio: {0}")]
     Stdio(String),
+    /// The run store cannot be opened.
+    #[error("run store: {0}")]
+    Store(String),
 }
 
 /// Options beyond the config file.
@@ -95,6 +98,8 @@ pub struct GatewayOptions {
     /// Serve HTTP on a non-loopback address without `auth` (something in
     /// front of the gateway authenticates).
     pub insecure_no_auth: bool,
+    /// `--store`: where waiting runs are kept, over the config's `store`.
+    pub store: Option<crate::config::StoreSetting>,
 }
 
 /// The default for [`GatewayOptions::max_http_sessions`].
@@ -149,6 +154,10 @@ impl Gateway {
         if let Some(bytes) = config.result_handle_bytes {
             runtime_options.result_handle_bytes = bytes;
         }
+        let store = crate::run_store::open(options.store.as_ref().or(config.store.as_ref()))
+            .map_err(GatewayError::Store)?;
+        info!(store = %crate::run_store::describe(&store), "run store");
+        runtime_options.durable_store = store;
         let runtime = CodeModeRuntime::with_options(code_mode, runtime_options)?;
         let mut policy = config.policy;
         policy.deny.extend(options.policy.deny);
@@ -614,7 +623,8 @@ impl Drop for GatewaySession {
     fn drop(&mut self) {
         self.ended.cancel();
         self.shared.upstreams.clients().remove(&self.id);
-        self.session.abort();
+        // Runs owned by a principal or by their id outlive the session.
+        self.session.close();
         self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
         info!(session = %self.id, "MCP client session ended");
     }

@@ -50,6 +50,7 @@ mod metrics;
 mod oauth;
 mod progress;
 mod relay;
+pub mod run_store;
 mod stdio_guard;
 mod token_store;
 pub mod upstream;

@@ -1,0 +1,139 @@
+// End-to-end: durable runs through the real gateway and a real MCP client
+// (the official TypeScript SDK over streamable HTTP, bearer-token auth, so
+// runs belong to the principal across sessions and processes).
+//  - the embedded file store: a run waiting on two calls survives SIGKILL
+//    of the gateway; after a restart on the same store, `wait` delivers the
+//    call that finished while the run waited and rejects the one whose
+//    process died with `interrupted` — neither runs twice;
+//  - two gateways on one real redis-server: exec on the first, wait on the
+//    second (the call still running on the first is delivered), and
+//    SIGKILL of the first mid-call gives `interrupted` on the second.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync, existsSync } from "node:fs";
+import { createConnection } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { connectHttp, exec, freePort, here, startHttpGateway, wait } from "./harness.mjs";
+
+const ALICE = "alice-token-0123456789abcdef";
+const auth = { headers: { authorization: `Bearer ${ALICE}` } };
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A gateway config over the slow server, logging its calls to `log`. */
+function durableConfig(dir, name, { timeoutMs, log }) {
+  const path = join(dir, `${name}.json`);
+  writeFileSync(path, JSON.stringify({
+    tools: { codeMode: { enabled: true, timeoutMs } },
+    auth: { bearerTokens: [{ name: "alice", token: ALICE }] },
+    mcpServers: {
+      slow: { command: process.execPath, args: [join(here, "servers/slow.mjs")], env: { SLOW_LOG: log } },
+    },
+  }));
+  return path;
+}
+
+function calls(log) {
+  return existsSync(log) ? readFileSync(log, "utf8").trim().split("\n").sort() : [];
+}
+
+/** A real redis-server on a free port, durable (append-only, fsync always). */
+async function startRedis() {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), "codemode-redis-"));
+  const child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "",
+    "--appendonly", "yes", "--appendfsync", "always", "--dir", dir], { stdio: "ignore" });
+  const exited = new Promise((resolve) => child.on("exit", resolve));
+  for (let i = 0; ; i++) {
+    const up = await new Promise((resolve) => {
+      const socket = createConnection({ port, host: "127.0.0.1" }, () => { socket.end(); resolve(true); });
+      socket.on("error", () => resolve(false));
+    });
+    if (up) break;
+    if (i > 400) throw new Error("redis-server did not start (is Debian's redis-server installed?)");
+    await sleep(25);
+  }
+  return { url: `redis://127.0.0.1:${port}/0`, stop: async () => { child.kill("SIGKILL"); await exited; } };
+}
+
+describe("the embedded file store", () => {
+  test("a waiting run survives SIGKILL and a restart: finished calls are delivered, dead ones are interrupted, none runs twice", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "codemode-durable-"));
+    const log = join(dir, "calls.log");
+    const config = durableConfig(dir, "gateway", { timeoutMs: 800, log });
+    const store = ["--store", `file:${join(dir, "runs.db")}`];
+    let gateway = await startHttpGateway(config, { args: store });
+    let client = await connectHttp(gateway.url, auth);
+    const started = await exec(client.client, `
+      text("before");
+      const quick = MCP.slow.sleep({ ms: 1200, tag: "quick" }).then((r) => r.content[0].text);
+      const long = MCP.slow.sleep({ ms: 600000, tag: "long" })
+        .then((r) => r.content[0].text, (e) => e.code + ": " + e.message);
+      return [await quick, await long];`);
+    assert.equal(started.status, "waiting", JSON.stringify(started));
+    // The quick call answers while the run waits: its result is stored.
+    await sleep(2000);
+    await client.close().catch(() => {});
+    await gateway.kill();
+
+    gateway = await startHttpGateway(config, { args: store });
+    client = await connectHttp(gateway.url, auth);
+    const resumed = await wait(client.client, started.runId);
+    assert.equal(resumed.status, "completed", JSON.stringify(resumed));
+    assert.equal(resumed.value[0], "slept quick");
+    assert.match(resumed.value[1], /^interrupted: .*may or may not have taken effect/);
+    assert.deepEqual(calls(log), ["start long", "start quick"]);
+    // The run is over: it is gone from the store too.
+    const again = await wait(client.client, started.runId);
+    assert.equal(again.code, "invalid_input");
+    await client.close();
+    await gateway.stop();
+  });
+});
+
+describe("two gateways on one Redis", () => {
+  let redis, dir, log, first, second, a, b;
+
+  before(async () => {
+    redis = await startRedis();
+    dir = mkdtempSync(join(tmpdir(), "codemode-replicas-"));
+    log = join(dir, "calls.log");
+    const store = ["--store", redis.url];
+    first = await startHttpGateway(durableConfig(dir, "first", { timeoutMs: 800, log }), { args: store });
+    second = await startHttpGateway(durableConfig(dir, "second", { timeoutMs: 15000, log }), { args: store });
+    a = await connectHttp(first.url, auth);
+    b = await connectHttp(second.url, auth);
+  });
+  after(async () => {
+    await a?.close().catch(() => {});
+    await b?.close().catch(() => {});
+    await first?.stop().catch(() => {});
+    await second?.stop();
+    await redis?.stop();
+  });
+
+  test("exec on one, wait on the other: the call still running on the first is delivered on the second", async () => {
+    const started = await exec(a.client, `return (await MCP.slow.sleep({ ms: 2500, tag: "shared" })).content[0].text;`);
+    assert.equal(started.status, "waiting", JSON.stringify(started));
+    const resumed = await wait(b.client, started.runId);
+    assert.equal(resumed.status, "completed", JSON.stringify(resumed));
+    assert.equal(resumed.value, "slept shared");
+    assert.deepEqual(calls(log).filter((l) => l.endsWith("shared")), ["start shared"]);
+  });
+
+  test("SIGKILL of the first mid-call gives interrupted on the second", async () => {
+    const started = await exec(a.client, `
+      try { return (await MCP.slow.sleep({ ms: 600000, tag: "doomed" })).content[0].text; }
+      catch (e) { return e.code; }`);
+    assert.equal(started.status, "waiting", JSON.stringify(started));
+    const resumed = wait(b.client, started.runId);
+    await sleep(500);
+    await a.close().catch(() => {});
+    await first.kill();
+    const result = await resumed;
+    assert.equal(result.status, "completed", JSON.stringify(result));
+    assert.equal(result.value, "interrupted");
+    assert.deepEqual(calls(log).filter((l) => l.endsWith("doomed")), ["start doomed"]);
+  });
+});
