@@ -118,6 +118,16 @@ fn waiting_runs_survive_restarts_and_move_between_replicas() {
     assert!(out.contains("ℹ pass 3"), "every scenario ran: {out}");
 }
 
+/// Stateless MCP (`e2e/stateless.test.mjs`): the official TypeScript SDK
+/// 2.x pinned to 2026-07-28 (no handshake, no session) lists exactly exec
+/// and wait and resumes a run from another request by its id, next to a
+/// 2025 session client whose runs stay its own.
+#[test]
+fn a_stateless_2026_client_resumes_runs_across_requests() {
+    let out = node_suite("stateless.test.mjs");
+    assert!(out.contains("ℹ pass 3"), "every scenario ran: {out}");
+}
+
 /// Elicitation relayed (`e2e/elicitation.test.mjs`): server-everything
 /// asks its user mid-call; the client whose run made the call answers; a
 /// client without elicitation gets the upstream an error at once.

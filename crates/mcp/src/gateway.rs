@@ -126,6 +126,8 @@ struct Shared {
     running_by_principal: Mutex<HashMap<String, usize>>,
     /// `results.form`.
     result_form: crate::config::ResultForm,
+    /// Runs driven as MCP tasks (the Tasks extension).
+    tasks: Arc<crate::tasks::Tasks>,
 }
 
 /// The gateway: one per process. Cheap to clone.
@@ -189,6 +191,7 @@ impl Gateway {
                 result_form: config.result_form,
                 insecure_no_auth: options.insecure_no_auth,
                 running_by_principal: Mutex::default(),
+                tasks: Arc::default(),
             }),
         })
     }
@@ -253,7 +256,7 @@ impl Gateway {
         GatewaySession {
             shared: Arc::clone(&self.shared),
             id,
-            session,
+            session: Arc::new(session),
             peer,
             catalog_version: AtomicU64::new(catalog_version),
             ended: self.shared.shutdown.child_token(),
@@ -609,7 +612,9 @@ fn session_nonce() -> u64 {
 pub struct GatewaySession {
     shared: Arc<Shared>,
     id: String,
-    session: CodeModeSession,
+    /// Shared with the tasks this session started (they drive its runs
+    /// after the request, or the whole session, is gone).
+    session: Arc<CodeModeSession>,
     /// The client, for approval requests (set at its first tool call).
     peer: Arc<OnceLock<Peer<RoleServer>>>,
     catalog_version: AtomicU64,
@@ -623,8 +628,11 @@ impl Drop for GatewaySession {
     fn drop(&mut self) {
         self.ended.cancel();
         self.shared.upstreams.clients().remove(&self.id);
-        // Runs owned by a principal or by their id outlive the session.
-        self.session.close();
+        // Runs owned by a principal or by their id outlive the session; a
+        // task still driving one of its runs keeps the rest alive.
+        if Arc::strong_count(&self.session) == 1 {
+            self.session.close();
+        }
         self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
         info!(session = %self.id, "MCP client session ended");
     }
@@ -672,9 +680,16 @@ impl GatewaySession {
     /// `isError` when it failed; the full telemetry (numbers rounded) in
     /// `_meta["codemode/telemetry"]` for operators and tools, not the model.
     fn tool_result(&self, result: &CodeModeResult) -> CallToolResult {
+        tool_result(self.shared.result_form, result)
+    }
+}
+
+/// [`GatewaySession::tool_result`] for a given `results.form`.
+fn tool_result(form: ResultForm, result: &CodeModeResult) -> CallToolResult {
+    {
         let model = result.to_model_json();
         let json_text = || serde_json::to_string(&model).unwrap_or_else(|_| model.to_string());
-        let (text, structured) = match self.shared.result_form {
+        let (text, structured) = match form {
             ResultForm::Structured => (result.summary_text(), Some(model.clone())),
             ResultForm::Text => (json_text(), None),
             ResultForm::Both => (json_text(), Some(model.clone())),
@@ -697,18 +712,40 @@ impl ServerHandler for GatewaySession {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
         .with_instructions(INSTRUCTIONS)
     }
 
-    /// Sessions need a handshake: later protocol versions are stateless
-    /// (a new handler per request), which would lose `wait` runs.
+    /// Every version the SDK knows: up to 2025-11-25 with a session
+    /// (`initialize`), 2026-07-28 stateless (a new handler per request; its
+    /// runs belong to the principal, or to whoever holds the run id).
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(
-            &ProtocolVersion::LATEST_WITH_INITIALIZE,
-        ))
+        Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        let principal = principal_of(&context);
+        self.shared
+            .tasks
+            .get(&request.task_id, principal.as_ref().map(|p| p.0.as_str()))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = principal_of(&context);
+        self.shared
+            .tasks
+            .cancel(&request.task_id, principal.as_ref().map(|p| p.0.as_str()))
     }
 
     /// Watches the upstream servers for this session: when what the exec
@@ -793,11 +830,19 @@ impl ServerHandler for GatewaySession {
             })
         };
         let _stop_watcher = AbortOnDrop(watcher);
-        let principal = context
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Principal>())
-            .cloned();
+        let principal = principal_of(&context);
+        // A stateless request (2026-07-28: no session) without
+        // authentication: the run id is the capability to resume the run.
+        let stateless = context
+            .meta
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        if stateless && principal.is_none() {
+            self.session.resume_runs_by_id();
+        }
+        let wants_task = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
         // A metrics label from a fixed set: the client names the tool.
         let tool = match request.name.as_ref() {
             "exec" => "exec",
@@ -870,8 +915,33 @@ impl ServerHandler for GatewaySession {
             forwarder.finish().await;
         }
         crate::metrics::record_call(tool, &result, started.elapsed().as_secs_f64());
+        if wants_task && let CodeModeResult::Waiting { run_id, .. } = &result {
+            let form = self.shared.result_form;
+            let ttl =
+                std::time::Duration::from_secs(self.shared.runtime.config().snapshot_ttl_seconds);
+            if let Some(task) = self.shared.tasks.start(
+                run_id,
+                &result,
+                principal.map(|p| p.0),
+                Arc::clone(&self.session),
+                ttl,
+                move |r| tool_result(form, r),
+            ) {
+                info!(task = %run_id, "exec/wait answered as a task");
+                return Ok(CallToolResponse::Task(task));
+            }
+        }
         Ok(self.tool_result(&result).into())
     }
+}
+
+/// The authenticated principal of an HTTP request, if any.
+fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Principal>())
+        .cloned()
 }
 
 /// One running `exec`/`wait` of a principal, counted until dropped.

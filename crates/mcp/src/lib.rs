@@ -52,6 +52,7 @@ mod progress;
 mod relay;
 pub mod run_store;
 mod stdio_guard;
+mod tasks;
 mod token_store;
 pub mod upstream;
 mod upstream_http;

@@ -397,7 +397,7 @@ pub struct CodeModeSession {
     /// with that owner's bound on suspended runs; set once.
     pub(crate) owner: std::sync::OnceLock<crate::store::Owner>,
     /// Runs of this session may be resumed by whoever holds their id.
-    runs_by_id: bool,
+    runs_by_id: AtomicBool,
 }
 
 impl std::fmt::Debug for CodeModeSession {
@@ -428,7 +428,7 @@ impl CodeModeSession {
             hooks: None,
             approver: None,
             owner: std::sync::OnceLock::new(),
-            runs_by_id: false,
+            runs_by_id: AtomicBool::new(false),
         }
     }
 
@@ -437,9 +437,15 @@ impl CodeModeSession {
     /// identity (stateless MCP without authentication), where the run id —
     /// 128 random bits — is the capability. A session bound to an owner
     /// ([`CodeModeSession::bind_owner`]) keeps its runs to that owner.
-    pub fn with_runs_resumable_by_id(mut self) -> CodeModeSession {
-        self.runs_by_id = true;
+    pub fn with_runs_resumable_by_id(self) -> CodeModeSession {
+        self.resume_runs_by_id();
         self
+    }
+
+    /// [`Self::with_runs_resumable_by_id`] on a session already in use
+    /// (runs started from now on).
+    pub fn resume_runs_by_id(&self) {
+        self.runs_by_id.store(true, Ordering::SeqCst);
     }
 
     /// Who may resume the runs this session starts: its owner (principal)
@@ -448,7 +454,7 @@ impl CodeModeSession {
     pub(crate) fn owner_key(&self) -> Arc<str> {
         if let Some(owner) = self.owner.get() {
             Arc::from(format!("principal:{}", owner.name))
-        } else if self.runs_by_id {
+        } else if self.runs_by_id.load(Ordering::SeqCst) {
             Arc::from(codemode_store::ANY_OWNER)
         } else {
             Arc::from(self.scope.scope.owner_key())

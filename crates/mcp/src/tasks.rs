@@ -1,0 +1,305 @@
+//! The MCP Tasks extension (SEP-2663, `io.modelcontextprotocol/tasks`) for
+//! `exec` and `wait`.
+//!
+//! A client that declares the extension gets an `exec` or `wait` that would
+//! answer `waiting` as a task instead: the task id is the run id, and the
+//! gateway drives the run itself (`wait` after `wait`, each bounded by
+//! `timeoutMs`) until it ends. `tasks/get` reports `working`,
+//! `input_required` while the run waits only for an approval (decided at
+//! the operator endpoint: 2026 clients cannot be asked mid-call),
+//! `completed` with the same tool result `exec` would have returned (a
+//! failed run is a completed task whose result has `isError`), `failed`
+//! (the gateway itself could not drive it) or `cancelled`; `tasks/cancel`
+//! aborts the run (its nested calls are cancelled). Clients without the
+//! extension keep `waiting` + `wait`.
+//!
+//! Tasks live in the process that created them (the run itself may move
+//! between replicas through the run store); a finished task is kept for the
+//! runs' TTL. Only the principal that created a task sees it; without
+//! authentication the task id (the run id: 128 random bits) is the
+//! capability.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use codemode_runtime::{CodeModeResult, CodeModeSession};
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolResult, CreateTaskResult, DetailedTask, GetTaskResult, JsonObject, Task, TaskPayload,
+};
+use serde_json::json;
+
+/// How often a client should poll.
+const POLL_INTERVAL_MS: u64 = 500;
+/// Tasks held at once; past it the oldest finished ones go first, and a new
+/// task is refused (the run stays a plain `waiting` result).
+const MAX_TASKS: usize = 4096;
+
+/// The tasks of one gateway process.
+#[derive(Default)]
+pub(crate) struct Tasks {
+    entries: Mutex<HashMap<String, Arc<TaskEntry>>>,
+}
+
+struct TaskEntry {
+    /// The principal that created it (`None`: no authentication).
+    owner: Option<String>,
+    created_at: String,
+    ttl: Duration,
+    state: Mutex<TaskState>,
+    session: Arc<CodeModeSession>,
+}
+
+struct TaskState {
+    payload: TaskPayload,
+    message: Option<String>,
+    updated_at: String,
+    finished: Option<Instant>,
+    cancel_requested: bool,
+    /// The call id of the `wait` driving the run now.
+    driving: Option<String>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl TaskEntry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TaskState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn task(&self, id: &str) -> DetailedTask {
+        let state = self.lock();
+        let mut task = Task::new(
+            id,
+            state.payload.status(),
+            &self.created_at,
+            &state.updated_at,
+        )
+        .with_ttl_ms(self.ttl.as_millis() as u64)
+        .with_poll_interval_ms(POLL_INTERVAL_MS);
+        if let Some(message) = &state.message {
+            task = task.with_status_message(message.clone());
+        }
+        DetailedTask::new(task, state.payload.clone())
+    }
+
+    fn set(&self, payload: TaskPayload, message: Option<String>) {
+        let mut state = self.lock();
+        if state.payload.status().is_terminal() {
+            return;
+        }
+        if payload.status().is_terminal() {
+            state.finished = Some(Instant::now());
+            state.driving = None;
+        }
+        state.payload = payload;
+        state.message = message;
+        state.updated_at = now();
+    }
+}
+
+fn unknown_task(id: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!(
+            "no task \"{}\" here (it finished more than snapshotTtlSeconds ago, belongs to another principal, was created on another gateway replica, or never existed)",
+            id.chars().take(80).collect::<String>()
+        ),
+        None,
+    )
+}
+
+/// The status of a run that waits, as a task status.
+fn waiting_payload(result: &CodeModeResult) -> (TaskPayload, Option<String>) {
+    match result.to_json().get("reason").and_then(|r| r.as_str()) {
+        Some("approval") => (
+            TaskPayload::InputRequired {
+                input_requests: Default::default(),
+            },
+            Some(
+                "a nested call awaits approval: an operator decides it at the gateway's operator endpoint (codemode approvals)"
+                    .into(),
+            ),
+        ),
+        _ => (TaskPayload::Working, Some("the run waits for its nested calls".into())),
+    }
+}
+
+impl Tasks {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskEntry>>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops finished tasks past their TTL.
+    fn prune(entries: &mut HashMap<String, Arc<TaskEntry>>) {
+        entries.retain(|_, e| e.lock().finished.is_none_or(|at| at.elapsed() < e.ttl));
+    }
+
+    /// Makes `run_id` (whose exec/wait answered `waiting`) a task driven by
+    /// the gateway; `None` when the table is full (the caller answers
+    /// `waiting` as usual).
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        run_id: &str,
+        waiting: &CodeModeResult,
+        owner: Option<String>,
+        session: Arc<CodeModeSession>,
+        ttl: Duration,
+        to_result: impl Fn(&CodeModeResult) -> CallToolResult + Send + Sync + 'static,
+    ) -> Option<CreateTaskResult> {
+        let created_at = now();
+        let (payload, message) = waiting_payload(waiting);
+        let entry = Arc::new(TaskEntry {
+            owner,
+            created_at: created_at.clone(),
+            ttl,
+            state: Mutex::new(TaskState {
+                payload,
+                message,
+                updated_at: created_at,
+                finished: None,
+                cancel_requested: false,
+                driving: None,
+            }),
+            session,
+        });
+        {
+            let mut entries = self.entries();
+            Tasks::prune(&mut entries);
+            if entries.len() >= MAX_TASKS {
+                tracing::warn!(
+                    tasks = entries.len(),
+                    "task table full: answering waiting instead of a task"
+                );
+                return None;
+            }
+            entries.insert(run_id.to_owned(), Arc::clone(&entry));
+        }
+        let seed = entry.task(run_id).task;
+        let run_id = run_id.to_owned();
+        tokio::spawn(drive(entry, run_id, to_result));
+        Some(CreateTaskResult::new(seed))
+    }
+
+    fn find(&self, id: &str, principal: Option<&str>) -> Result<Arc<TaskEntry>, ErrorData> {
+        let mut entries = self.entries();
+        Tasks::prune(&mut entries);
+        match entries.get(id) {
+            Some(entry) if entry.owner.as_deref() == principal => Ok(Arc::clone(entry)),
+            _ => Err(unknown_task(id)),
+        }
+    }
+
+    /// `tasks/get`.
+    pub(crate) fn get(
+        &self,
+        id: &str,
+        principal: Option<&str>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let entry = self.find(id, principal)?;
+        Ok(GetTaskResult::new(entry.task(id)))
+    }
+
+    /// `tasks/cancel`: aborts the run (its drive stops within
+    /// milliseconds, its nested calls are cancelled).
+    pub(crate) fn cancel(&self, id: &str, principal: Option<&str>) -> Result<(), ErrorData> {
+        let entry = self.find(id, principal)?;
+        let driving = {
+            let mut state = entry.lock();
+            if state.payload.status().is_terminal() {
+                return Ok(());
+            }
+            state.cancel_requested = true;
+            state.driving.clone()
+        };
+        if let Some(call_id) = driving {
+            entry.session.cancel_call(&call_id);
+        }
+        entry.session.abort_run(id);
+        entry.set(
+            TaskPayload::Cancelled,
+            Some("cancelled by the client".into()),
+        );
+        tracing::info!(task = %id, "task cancelled: run aborted");
+        Ok(())
+    }
+}
+
+/// Drives the run of a task to its end, one `wait` at a time.
+async fn drive(
+    entry: Arc<TaskEntry>,
+    run_id: String,
+    to_result: impl Fn(&CodeModeResult) -> CallToolResult,
+) {
+    let mut round = 0u64;
+    // A `runtime_unavailable` that ended the run (its store could not keep
+    // it) is the task's result, not the "unknown run" of the next wait.
+    let mut unavailable: Option<CodeModeResult> = None;
+    loop {
+        round += 1;
+        let call_id = format!("task:{run_id}:{round}");
+        {
+            let mut state = entry.lock();
+            if state.cancel_requested || state.payload.status().is_terminal() {
+                return;
+            }
+            state.driving = Some(call_id.clone());
+        }
+        let result = entry
+            .session
+            .wait_call(&call_id, &json!({ "runId": run_id }))
+            .await;
+        if entry.lock().cancel_requested {
+            entry.set(
+                TaskPayload::Cancelled,
+                Some("cancelled by the client".into()),
+            );
+            return;
+        }
+        match &result {
+            CodeModeResult::Waiting { .. } => {
+                let (payload, message) = waiting_payload(&result);
+                entry.set(payload, message);
+            }
+            CodeModeResult::Failed {
+                code: Some(codemode_runtime::ErrorCode::RuntimeUnavailable),
+                ..
+            } => {
+                // The run keeps waiting (a full VM queue, an unreachable
+                // store): try again shortly.
+                unavailable = Some(result);
+                tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+            }
+            _ => {
+                let result = match (&result, unavailable) {
+                    (
+                        CodeModeResult::Failed {
+                            code: Some(codemode_runtime::ErrorCode::InvalidInput),
+                            ..
+                        },
+                        Some(ended),
+                    ) => ended,
+                    _ => result,
+                };
+                let tool_result = to_result(&result);
+                let payload = match serde_json::to_value(&tool_result) {
+                    Ok(serde_json::Value::Object(result)) => TaskPayload::Completed { result },
+                    _ => TaskPayload::Failed {
+                        error: failed_error("the run's result could not be encoded"),
+                    },
+                };
+                entry.set(payload, None);
+                return;
+            }
+        }
+    }
+}
+
+fn failed_error(message: &str) -> JsonObject {
+    match json!({ "code": -32603, "message": message }) {
+        serde_json::Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
