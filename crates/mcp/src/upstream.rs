@@ -21,7 +21,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ClientServiceExt, Peer, RoleClient};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -185,6 +185,19 @@ impl ClientHandler for Handler {
         }
     }
 }
+
+/// How an upstream connection starts: the stateless 2026-07-28 protocol
+/// when the server speaks it (`server/discover`), else the `initialize`
+/// handshake of 2025-11-25 (the SDK falls back on a legacy answer).
+fn lifecycle() -> rmcp::ClientLifecycleMode {
+    rmcp::ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    }
+}
+
+/// Rounds of `input_required` one call may take (each asks the client).
+const MAX_INPUT_ROUNDS: usize = 8;
 
 /// The routing key of a progress token.
 fn token_key(token: &rmcp::model::ProgressToken) -> String {
@@ -494,7 +507,7 @@ impl Upstream {
                     });
                 }
                 handler
-                    .serve(transport)
+                    .serve_with_lifecycle(transport, lifecycle())
                     .await
                     .map_err(|e| fail("initialize failed", &e))?
             }
@@ -524,7 +537,10 @@ impl Upstream {
                     crate::upstream_http::TraceHeaders(crate::upstream_http::reqwest_client());
                 match oauth {
                     None => handler
-                        .serve(StreamableHttpClientTransport::with_client(http, config))
+                        .serve_with_lifecycle(
+                            StreamableHttpClientTransport::with_client(http, config),
+                            lifecycle(),
+                        )
                         .await
                         .map_err(|e| fail("initialize failed", &e))?,
                     Some(oauth) => {
@@ -532,7 +548,10 @@ impl Upstream {
                             crate::upstream_oauth::authorized_client(name, url, oauth, http)
                                 .await?;
                         handler
-                            .serve(StreamableHttpClientTransport::with_client(client, config))
+                            .serve_with_lifecycle(
+                                StreamableHttpClientTransport::with_client(client, config),
+                                lifecycle(),
+                            )
                             .await
                             .map_err(|e| fail("initialize failed", &e))?
                     }
@@ -622,44 +641,77 @@ impl Upstream {
         let left = limit.saturating_sub(started.elapsed());
         let peer = connection.peer.clone();
         let routes = Arc::clone(&self.progress);
+        let clients = Arc::clone(&self.clients);
+        let server = name.clone();
         let call = async move {
-            // Sent by hand (not `peer.call_tool`) to learn the progress
-            // token the SDK gives the request: the server's progress of
-            // this call goes to whoever follows the run.
-            let handle = peer
-                .send_request_with_option(
-                    rmcp::model::ClientRequest::CallToolRequest(rmcp::model::Request::new(params)),
-                    rmcp::service::PeerRequestOptions::no_options(),
-                )
-                .await?;
-            let _route = {
-                let token = token_key(&handle.progress_token);
-                routes
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(
-                        token.clone(),
-                        InFlightCall {
-                            progress: progress.cloned(),
-                            session: session.map(str::to_owned),
-                        },
-                    );
-                ProgressRoute {
-                    routes: Arc::clone(&routes),
-                    token,
+            let mut params = params;
+            for _round in 0..MAX_INPUT_ROUNDS {
+                // Sent by hand (not `peer.call_tool`) to learn the progress
+                // token the SDK gives the request: the server's progress of
+                // this call goes to whoever follows the run.
+                let handle = peer
+                    .send_request_with_option(
+                        rmcp::model::ClientRequest::CallToolRequest(rmcp::model::Request::new(
+                            params.clone(),
+                        )),
+                        rmcp::service::PeerRequestOptions::no_options(),
+                    )
+                    .await?;
+                let _route = {
+                    let token = token_key(&handle.progress_token);
+                    routes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(
+                            token.clone(),
+                            InFlightCall {
+                                progress: progress.cloned(),
+                                session: session.map(str::to_owned),
+                            },
+                        );
+                    ProgressRoute {
+                        routes: Arc::clone(&routes),
+                        token,
+                    }
+                };
+                // Dropped unanswered (timeout, cancellation): the server is told.
+                let mut abandoned = CancelOnDrop {
+                    peer: Some(peer.clone()),
+                    id: handle.id.clone(),
+                };
+                let answer = handle.await_response().await;
+                abandoned.peer = None;
+                match answer? {
+                    rmcp::model::ServerResult::CallToolResult(result) => return Ok(result),
+                    // A 2026 server asks its client for input in the result
+                    // (MRTR): elicitations go to the client whose run made the
+                    // call, and the call is sent again with the answers.
+                    rmcp::model::ServerResult::InputRequiredResult(asked) => {
+                        let sessions: Vec<String> =
+                            session.iter().map(|s| (*s).to_owned()).collect();
+                        let responses = answer_input_requests(
+                            &clients,
+                            &server,
+                            &sessions,
+                            asked.input_requests,
+                        )
+                        .await?;
+                        params = params.with_input_responses(responses);
+                        if let Some(state) = asked.request_state {
+                            params = params.with_request_state(state);
+                        }
+                    }
+                    _ => return Err(rmcp::ServiceError::UnexpectedResponse),
                 }
-            };
-            // Dropped unanswered (timeout, cancellation): the server is told.
-            let mut abandoned = CancelOnDrop {
-                peer: Some(peer.clone()),
-                id: handle.id.clone(),
-            };
-            let answer = handle.await_response().await;
-            abandoned.peer = None;
-            match answer? {
-                rmcp::model::ServerResult::CallToolResult(result) => Ok(result),
-                _ => Err(rmcp::ServiceError::UnexpectedResponse),
             }
+            Err(rmcp::ServiceError::McpError(
+                rmcp::ErrorData::internal_error(
+                    format!(
+                        "the server asked for input more than {MAX_INPUT_ROUNDS} times in one call"
+                    ),
+                    None,
+                ),
+            ))
         };
         match tokio::time::timeout(left, call).await {
             Ok(Ok(mut result)) => {
@@ -775,7 +827,11 @@ impl Upstream {
                 .peer
                 .send_request(ClientRequest::PingRequest(PingRequest::default()));
             match tokio::time::timeout(PING_TIMEOUT, ping).await {
-                Ok(Ok(ServerResult::EmptyResult(_))) | Ok(Ok(_)) => {
+                // Any answer, an error too (a 2026 server may not know
+                // `ping`), means it is not hung.
+                Ok(Ok(ServerResult::EmptyResult(_)))
+                | Ok(Ok(_))
+                | Ok(Err(rmcp::ServiceError::McpError(_))) => {
                     debug!(server = %name, "server answers pings after a timed-out call; keeping it");
                 }
                 _ => {
@@ -885,4 +941,39 @@ mod tests {
         assert_eq!(names, ["good", "also_good"]);
         assert_eq!(next.as_deref(), Some("page2"));
     }
+}
+
+/// Answers a 2026 server's `input_required` requests: elicitations through
+/// the relay to the client whose run made the call (a client that cannot
+/// be asked declines); sampling and roots are not offered by code mode.
+async fn answer_input_requests(
+    clients: &crate::relay::ClientDirectory,
+    server: &str,
+    sessions: &[String],
+    requests: Option<rmcp::model::InputRequests>,
+) -> Result<rmcp::model::InputResponses, rmcp::ServiceError> {
+    let mut responses = rmcp::model::InputResponses::new();
+    for (key, request) in requests.unwrap_or_default() {
+        let answer = match request {
+            rmcp::model::InputRequest::Elicitation(elicit) => {
+                match clients.elicit(server, sessions, elicit.params).await {
+                    Ok(result) => serde_json::to_value(result).unwrap_or_default(),
+                    Err(e) => {
+                        debug!(server, error = %e.message, "elicitation could not be relayed; declining");
+                        serde_json::json!({ "action": "decline" })
+                    }
+                }
+            }
+            _ => {
+                return Err(rmcp::ServiceError::McpError(
+                    rmcp::ErrorData::invalid_request(
+                        "the server asked for sampling or roots, which code mode does not offer its upstream servers",
+                        None,
+                    ),
+                ));
+            }
+        };
+        responses.insert(key, answer);
+    }
+    Ok(responses)
 }
