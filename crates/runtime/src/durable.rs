@@ -367,6 +367,33 @@ mod tests {
         assert!(damaged.is_err_and(|e| e.is_interrupted()));
     }
 
+    proptest::proptest! {
+        /// Records come from a store other processes (or an attacker with
+        /// access to Redis) write: any bytes are refused or read, never a
+        /// panic.
+        #[test]
+        fn arbitrary_bytes_never_panic_the_decoders(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+        ) {
+            let _ = decode(&bytes);
+            let _ = decode_outcome(&bytes);
+            let mut framed = b"CMR1".to_vec();
+            framed.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            framed.extend_from_slice(&bytes);
+            let _ = decode(&framed);
+        }
+
+        #[test]
+        fn outcomes_round_trip(text in ".{0,64}", denied in proptest::prelude::any::<bool>()) {
+            let outcome: Result<Value, ToolCallError> = if denied {
+                Err(ToolCallError::denied(text.clone()))
+            } else {
+                Ok(serde_json::json!({ "text": text }))
+            };
+            proptest::prop_assert_eq!(decode_outcome(&encode_outcome(&outcome)), outcome);
+        }
+    }
+
     #[test]
     fn records_that_are_not_ours_are_refused() {
         assert!(decode(b"").is_err());

@@ -473,6 +473,24 @@ impl RunBackend for FileBackend {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// The file's bytes may be damaged: decoding never panics.
+        #[test]
+        fn arbitrary_headers_never_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+        ) {
+            let _ = Header::decode(&bytes);
+        }
+
+        #[test]
+        fn headers_round_trip_any_text(owner in ".{0,40}", instance in ".{0,40}", generation in 0u64..) {
+            let h = Header { resuming: false, generation, expires_ms: 7, owner, instance };
+            let bytes = h.encode(b"r");
+            let decoded = Header::decode(&bytes).map(|(h, _)| h);
+            proptest::prop_assert_eq!(decoded, Some(h));
+        }
+    }
+
     #[test]
     fn headers_round_trip_and_damaged_ones_are_refused() {
         let h = Header {
