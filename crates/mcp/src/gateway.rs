@@ -457,6 +457,9 @@ impl Gateway {
                 .iter()
                 .map(|s| (s.name(), s.is_ready()))
                 .collect(),
+            durable: runtime
+                .durable_store_stats()
+                .map(|(_, stats)| stats.map_err(|_| ())),
         })
     }
 

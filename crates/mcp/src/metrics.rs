@@ -55,6 +55,15 @@ struct Metrics {
     upstream_up: Family<ServerLabels, Gauge>,
     upstream_restarts: Family<ServerLabels, Counter>,
     auth_failures: Counter,
+    run_store_up: Gauge,
+    run_store_runs: Family<StateLabels, Gauge>,
+    run_store_bytes: Gauge,
+    run_store_results: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
 }
 
 fn latency_histogram() -> Histogram {
@@ -124,7 +133,35 @@ fn metrics() -> &'static Metrics {
             "HTTP requests refused for a missing or wrong token or another principal's session",
             auth_failures.clone(),
         );
+        let run_store_up = Gauge::default();
+        registry.register(
+            "run_store_up",
+            "1 when the durable run store answers, 0 when it cannot be reached (absent with store: memory)",
+            run_store_up.clone(),
+        );
+        let run_store_runs = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "run_store_runs",
+            "runs in the durable run store (over every process sharing it), by state",
+            run_store_runs.clone(),
+        );
+        let run_store_bytes = Gauge::default();
+        registry.register(
+            "run_store_bytes",
+            "bytes of run records in the durable run store",
+            run_store_bytes.clone(),
+        );
+        let run_store_results = Gauge::default();
+        registry.register(
+            "run_store_results",
+            "nested-call results held in the durable run store for waiting runs",
+            run_store_results.clone(),
+        );
         Metrics {
+            run_store_up,
+            run_store_runs,
+            run_store_bytes,
+            run_store_results,
             registry,
             calls,
             call_seconds,
@@ -207,6 +244,8 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) store_bytes: usize,
     pub(crate) sessions: usize,
     pub(crate) upstreams: Vec<(&'a str, bool)>,
+    /// The durable store's counts (`None`: store memory; `Err`: down).
+    pub(crate) durable: Option<Result<codemode_runtime::codemode_store::StoreStats, ()>>,
 }
 
 /// The text exposition of every metric, with the gauges set from `now`.
@@ -221,6 +260,22 @@ pub(crate) fn render(now: Snapshot<'_>) -> String {
                 server: server.to_owned(),
             })
             .set(i64::from(up));
+    }
+    match now.durable {
+        None => {}
+        Some(Err(())) => {
+            m.run_store_up.set(0);
+        }
+        Some(Ok(stats)) => {
+            m.run_store_up.set(1);
+            for (state, n) in [("waiting", stats.waiting), ("resuming", stats.resuming)] {
+                m.run_store_runs
+                    .get_or_create(&StateLabels { state })
+                    .set(n as i64);
+            }
+            m.run_store_bytes.set(stats.bytes as i64);
+            m.run_store_results.set(stats.results as i64);
+        }
     }
     let mut text = String::new();
     if prometheus_client::encoding::text::encode(&mut text, &m.registry).is_err() {
@@ -241,6 +296,12 @@ mod tests {
         record_nested("unit-test-server", 0.002);
         let text = render(Snapshot {
             suspended_runs: 3,
+            durable: Some(Ok(codemode_runtime::codemode_store::StoreStats {
+                waiting: 4,
+                resuming: 1,
+                bytes: 9000,
+                results: 2,
+            })),
             store_bytes: 4096,
             sessions: 2,
             upstreams: vec![("unit-test-server", true)],
@@ -250,6 +311,12 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("codemode_suspended_runs 3"), "{text}");
+        assert!(text.contains("codemode_run_store_up 1"), "{text}");
+        assert!(
+            text.contains(r#"codemode_run_store_runs{state="waiting"} 4"#),
+            "{text}"
+        );
+        assert!(text.contains("codemode_run_store_bytes 9000"), "{text}");
         assert!(text.contains("codemode_store_bytes 4096"), "{text}");
         assert!(
             text.contains(r#"codemode_upstream_up{server="unit-test-server"} 1"#),

@@ -119,6 +119,18 @@ redis.call('PUBLISH', 'codemode:done:' .. id, ARGV[2])
 return 1
 ";
 
+/// What the store holds, counted on the server in one round trip.
+/// Returns {waiting, resuming, results, bytes}.
+const STATS_LUA: &str = r"
+local waiting, resuming, results = 0, 0, 0
+for _, id in ipairs(redis.call('ZRANGE', 'codemode:runs', 0, -1)) do
+  local state = redis.call('HGET', 'codemode:run:' .. id, 'state')
+  if state == 'resuming' then resuming = resuming + 1 elseif state then waiting = waiting + 1 end
+  results = results + redis.call('HLEN', 'codemode:res:' .. id)
+end
+return {waiting, resuming, results, tonumber(redis.call('GET', 'codemode:bytes') or '0')}
+";
+
 /// The shared run store.
 pub struct RedisBackend {
     client: redis::Client,
@@ -137,6 +149,7 @@ struct Scripts {
     claim: redis::Script,
     remove: redis::Script,
     result: redis::Script,
+    stats: redis::Script,
 }
 
 /// `redis://user:secret@host:6379/0` → `redis://host:6379/0`.
@@ -178,6 +191,7 @@ impl RedisBackend {
                 claim: redis::Script::new(CLAIM_LUA),
                 remove: redis::Script::new(REMOVE_LUA),
                 result: redis::Script::new(RESULT_LUA),
+                stats: redis::Script::new(STATS_LUA),
             },
         };
         backend.heartbeat()?;
@@ -502,43 +516,23 @@ impl RunBackend for RedisBackend {
 
     fn stats(&self) -> Result<StoreStats, StoreError> {
         let now = now_ms();
-        let (ids, bytes): (Vec<String>, Option<u64>) = self.with(|con| {
+        let counts: Vec<u64> = self.with(|con| {
             self.scripts
                 .expire
                 .arg(now)
                 .arg(TOMBSTONE_MS)
                 .invoke::<()>(con)?;
-            let ids = redis::cmd("ZRANGE")
-                .arg("codemode:runs")
-                .arg(0)
-                .arg(-1)
-                .query(con)?;
-            let bytes = redis::cmd("GET").arg("codemode:bytes").query(con)?;
-            Ok((ids, bytes))
+            self.scripts.stats.invoke(con)
         })?;
-        let mut stats = StoreStats {
-            bytes: bytes.unwrap_or(0),
-            ..StoreStats::default()
-        };
-        for id in ids {
-            let (state, results): (Option<String>, u64) = self.with(|con| {
-                let state = redis::cmd("HGET")
-                    .arg(format!("codemode:run:{id}"))
-                    .arg("state")
-                    .query(con)?;
-                let results = redis::cmd("HLEN")
-                    .arg(format!("codemode:res:{id}"))
-                    .query(con)?;
-                Ok((state, results))
-            })?;
-            match state.as_deref() {
-                Some("resuming") => stats.resuming += 1,
-                Some(_) => stats.waiting += 1,
-                None => {}
-            }
-            stats.results += results;
+        match counts.as_slice() {
+            [waiting, resuming, results, bytes] => Ok(StoreStats {
+                waiting: *waiting,
+                resuming: *resuming,
+                bytes: *bytes,
+                results: *results,
+            }),
+            _ => Err(self.unavailable("a malformed reply to stats")),
         }
-        Ok(stats)
     }
 
     fn expire(&self) -> Result<usize, StoreError> {
