@@ -2,7 +2,8 @@
 //! - suspend + resume of a cell waiting on one call — the exec that
 //!   suspends plus the wait that resumes and completes it — with runs in
 //!   memory, in the embedded file store (redb, fsync on every write that
-//!   must survive SIGKILL) and in Redis on loopback (a real
+//!   must survive a crash; a resume claims the run lazily, before its first
+//!   new call) and in Redis on loopback (a real
 //!   `redis-server`, append-only, `appendfsync everysec`); backends take
 //!   turns each round, so the noise of the shared machine falls on all;
 //!   medians and the median of the per-round differences to memory;
@@ -111,8 +112,9 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// One suspend + resume: the exec's time plus the wait's (the call answers
-/// in between, untimed).
-async fn round(b: &Backend) -> f64 {
+/// in between, untimed); and its parts: exec, wait, the suspend event's own
+/// time (snapshot, record, store write).
+async fn round(b: &Backend) -> [f64; 4] {
     let started = Instant::now();
     let r = b.session.exec(&json!({ "code": CELL })).await.to_json();
     let exec = started.elapsed();
@@ -123,7 +125,7 @@ async fn round(b: &Backend) -> f64 {
         tokio::task::yield_now().await;
     }
     // The result reaches the run (and, for durable stores, the store).
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    tokio::time::sleep(Duration::from_millis(3)).await;
     let started = Instant::now();
     let w = b
         .session
@@ -132,7 +134,17 @@ async fn round(b: &Backend) -> f64 {
         .to_json();
     let wait = started.elapsed();
     assert_eq!(w["status"], "completed", "{}: {w}", b.name);
-    (exec + wait).as_secs_f64() * 1e6
+    let suspended = r["telemetry"]["snapshotEvents"]
+        .as_array()
+        .and_then(|events| events.iter().find(|e| e["event"] == "suspended"))
+        .and_then(|e| e["micros"].as_f64())
+        .unwrap_or(0.0);
+    [
+        (exec + wait).as_secs_f64() * 1e6,
+        exec.as_secs_f64() * 1e6,
+        wait.as_secs_f64() * 1e6,
+        suspended,
+    ]
 }
 
 fn held(rt: &tokio::runtime::Runtime, b: &Backend) {
@@ -155,7 +167,10 @@ fn held(rt: &tokio::runtime::Runtime, b: &Backend) {
             let stats = store.stats().unwrap();
             (stats.bytes, stats.waiting)
         }
-        None => (b.runtime.suspended_bytes() as u64, b.runtime.suspended_runs() as u64),
+        None => (
+            b.runtime.suspended_bytes() as u64,
+            b.runtime.suspended_runs() as u64,
+        ),
     };
     println!(
         "held {:>6}: {} runs held (bound 1000) in {:.1} s; store bytes {} ({} per run); the next exec: {}",
@@ -182,7 +197,7 @@ fn main() {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let redis = RedisServer::start();
+    let redis = RedisServer::start_with_fsync("everysec");
     let file_store = |name: &str| -> Arc<dyn RunBackend> {
         Arc::new(FileBackend::open(&dir.path().join(name)).unwrap())
     };
@@ -194,36 +209,74 @@ fn main() {
         backend("redis", Some(redis_store()), 1024),
     ];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); backends.len()];
+    let mut parts: Vec<[Vec<f64>; 3]> = vec![Default::default(); backends.len()];
     for i in 0..(rounds + 20) {
         for k in 0..backends.len() {
             // Rotate who goes first.
             let j = (i + k) % backends.len();
-            let t = rt.block_on(round(&backends[j]));
+            let [t, exec, wait, suspended] = rt.block_on(round(&backends[j]));
             if i >= 20 {
                 times[j].push(t);
+                parts[j][0].push(exec);
+                parts[j][1].push(wait);
+                parts[j][2].push(suspended);
             }
         }
     }
     let memory = times[0].clone();
     println!("suspend + resume of a cell waiting on one call, {rounds} rounds, µs (exec + wait):");
-    for (b, t) in backends.iter().zip(&times) {
+    for ((b, t), p) in backends.iter().zip(&times).zip(&mut parts) {
         let mut diffs: Vec<f64> = t.iter().zip(&memory).map(|(a, m)| a - m).collect();
         let mut sorted = t.clone();
         println!(
-            "  {:>6}: median {:>8.1}  p90 {:>8.1}  paired median difference to memory {:>+8.1}",
+            "  {:>6}: median {:>8.1}  p90 {:>8.1}  paired median difference to memory {:>+8.1}  (exec {:.1}, wait {:.1}, suspend event {:.1})",
             b.name,
             median(&mut sorted),
             sorted[sorted.len() * 9 / 10],
-            median(&mut diffs)
+            median(&mut diffs),
+            median(&mut p[0]),
+            median(&mut p[1]),
+            median(&mut p[2]),
         );
     }
     for b in backends {
         b.runtime.shutdown();
     }
+    // What the stores' writes cost alone (a 66 KB record, the size of this
+    // cell's snapshot persisted): put, claim, remove.
+    let record: Vec<u8> = (0..66_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
+    let bounds = codemode_runtime::codemode_store::Bounds {
+        max_runs: 10,
+        max_bytes: 1 << 30,
+    };
+    for (name, store) in [("file", file_store("writes.db")), ("redis", redis_store())] {
+        let (mut put, mut claim, mut remove) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..200 {
+            let t = Instant::now();
+            store
+                .put("run_w", "o", &record, Duration::from_secs(60), bounds)
+                .unwrap();
+            put.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            store.claim("run_w", "o", Some(u64::MAX)).unwrap();
+            claim.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            store.remove("run_w").unwrap();
+            remove.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        println!(
+            "  {name:>6} writes alone, µs: put {:.1}, claim {:.1}, remove {:.1}",
+            median(&mut put),
+            median(&mut claim),
+            median(&mut remove)
+        );
+    }
     // 1,000 held runs per backend (fresh stores, bound 1,000).
     held(&rt, &backend("memory", None, 1000));
     held(&rt, &backend("file", Some(file_store("held.db")), 1000));
-    let fresh_redis = RedisServer::start();
+    let fresh_redis = RedisServer::start_with_fsync("everysec");
     held(
         &rt,
         &backend(

@@ -95,6 +95,8 @@ pub(crate) struct Calls {
     progress: crate::progress::ProgressSlot,
     /// Where results go while the run waits in a durable store.
     sink: crate::durable::ResultSink,
+    /// Taken before the next call starts (see [`crate::durable::DeferredClaim`]).
+    deferred_claim: Option<crate::durable::DeferredClaim>,
 }
 
 impl Calls {
@@ -109,7 +111,14 @@ impl Calls {
             receipts: Receipts::default(),
             progress: crate::progress::ProgressSlot::default(),
             sink: crate::durable::ResultSink::default(),
+            deferred_claim: None,
         }
+    }
+
+    /// Sets (or, with `None`, drops) the claim to take before the next
+    /// call starts.
+    pub(crate) fn defer_claim(&mut self, claim: Option<crate::durable::DeferredClaim>) {
+        self.deferred_claim = claim;
     }
 
     /// Where this run's results are written while it waits in a durable
@@ -209,6 +218,13 @@ impl Calls {
         info: CallInfo,
         future: ToolFuture,
     ) -> Option<Result<Value, ToolCallError>> {
+        // The first effect of a resumed run: the store records the claim
+        // first, or the call does not start.
+        if let Some(claim) = self.deferred_claim.take()
+            && let Err(e) = claim.take()
+        {
+            return Some(Err(e));
+        }
         // No subscriber wants the span (the usual case without OTLP): no
         // wrapper and no second allocation on this hot path.
         let future = if info.span.is_disabled() {

@@ -32,6 +32,34 @@ pub(crate) struct Durable {
     pub(crate) bounds: codemode_store::Bounds,
 }
 
+/// The claim of a run resumed from this process's live copy in a store
+/// one process holds alone ([`RunBackend::exclusive`]): taken before the
+/// resumed run's first new nested call, so a resume that only delivers
+/// results and ends costs no write that must reach the disk.
+pub(crate) struct DeferredClaim {
+    pub(crate) backend: Arc<dyn RunBackend>,
+    pub(crate) run_id: String,
+    pub(crate) owner_key: Arc<str>,
+    pub(crate) generation: u64,
+}
+
+impl DeferredClaim {
+    /// Takes the claim now.
+    ///
+    /// # Errors
+    /// Why the store could not record it (the call must not start).
+    pub(crate) fn take(self) -> Result<(), ToolCallError> {
+        self.backend
+            .claim(&self.run_id, &self.owner_key, Some(self.generation))
+            .map(|_| ())
+            .map_err(|e| {
+                ToolCallError::new(format!(
+                    "the run store could not record that this run resumed ({e}); the call was not started"
+                ))
+            })
+    }
+}
+
 /// Where a run's nested-call results are written while it waits in a
 /// durable store; shared with the tasks of its calls.
 #[derive(Clone, Default)]

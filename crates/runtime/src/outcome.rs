@@ -230,6 +230,8 @@ pub(crate) fn finish(
         // that arrived before are kept in the record (carried), so none
         // is lost whichever process resumes the run.
         state.calls.sink().persist_to(&d.backend, &run_id);
+        // A claim not yet taken is moot: the run waits again.
+        state.calls.defer_claim(None);
         let (arrived, aborted) = state.calls.arrived();
         for finished in arrived {
             let settled = crate::bridge::settlement(ctx, &mut state, finished);

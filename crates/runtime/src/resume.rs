@@ -12,7 +12,7 @@ use codemode_sandbox::{Settlement, Snapshot};
 use crate::bridge::settlement;
 use crate::calls::{CallInfo, Finished};
 use crate::config::Language;
-use crate::durable::{self, Durable, PendingCall};
+use crate::durable::{self, DeferredClaim, Durable, PendingCall};
 use crate::run_state::{DriveCtx, RunState};
 use crate::session::{CodeModeSession, ToolCallError, ToolFuture};
 use crate::store::StoreError;
@@ -53,7 +53,20 @@ pub(crate) fn take_for_wait(
         return local.map(|run| rehome(session, run.snapshot, run.state));
     };
     match local {
-        Ok(mut run) => match durable.backend.claim(run_id, &key) {
+        Ok(mut run) if durable.backend.exclusive() => {
+            // Only this process uses the store: its live copy is current,
+            // and the claim waits for the run's first new call.
+            run.state.calls.sink().stop();
+            let claim = run.generation.map(|generation| DeferredClaim {
+                backend: Arc::clone(&durable.backend),
+                run_id: run_id.to_owned(),
+                owner_key: Arc::clone(&key),
+                generation,
+            });
+            run.state.calls.defer_claim(claim);
+            Ok(rehome(session, run.snapshot, run.state))
+        }
+        Ok(mut run) => match durable.backend.claim(run_id, &key, run.generation) {
             Ok(claimed) if Some(claimed.generation) == run.generation => {
                 // This process's live copy is current: no decoding, and its
                 // calls deliver through their channel.
@@ -84,7 +97,10 @@ pub(crate) fn take_for_wait(
             }
         },
         Err(StoreError::Unknown) => {
-            let claimed = durable.backend.claim(run_id, &key).map_err(from_store)?;
+            let claimed = durable
+                .backend
+                .claim(run_id, &key, None)
+                .map_err(from_store)?;
             inner.store.insert_resuming(
                 run_id,
                 &session.scope.scope,

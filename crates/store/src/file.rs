@@ -288,7 +288,11 @@ impl RunBackend for FileBackend {
         Ok(generation)
     }
 
-    fn claim(&self, run_id: &str, owner: &str) -> Result<Claimed, StoreError> {
+    fn exclusive(&self) -> bool {
+        true
+    }
+
+    fn claim(&self, run_id: &str, owner: &str, known: Option<u64>) -> Result<Claimed, StoreError> {
         let mut held = self.held();
         let txn = self.write(Durability::Immediate)?;
         let claimed = {
@@ -338,7 +342,11 @@ impl RunBackend for FileBackend {
                 .map_err(|e| self.unavailable(e))?;
             let results = txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
             Claimed {
-                record,
+                record: if known == Some(header.generation) {
+                    Vec::new()
+                } else {
+                    record
+                },
                 generation: header.generation,
                 results: self.results_of(&results, run_id)?,
             }

@@ -98,7 +98,8 @@ pub struct Bounds {
 /// A run taken for resuming.
 #[derive(Debug, Clone)]
 pub struct Claimed {
-    /// The record the runtime stored.
+    /// The record the runtime stored (empty when the claim named its
+    /// generation as known).
     pub record: Vec<u8>,
     /// Bumped by every [`RunBackend::put`] of the run: a process holding
     /// the run's live state from generation `g` may use it only when the
@@ -149,12 +150,22 @@ pub trait RunBackend: Send + Sync {
     ) -> Result<u64, StoreError>;
 
     /// Takes a waiting run for resuming by this process, with the results
-    /// that arrived for it. Exactly one concurrent claim succeeds.
+    /// that arrived for it. Exactly one concurrent claim succeeds. When the
+    /// run's generation is `known` (this process holds that live copy), the
+    /// record is not sent back (`Claimed::record` is empty).
     ///
     /// # Errors
     /// `Unknown`, `Expired`, `OtherOwner` (nothing changes), `Busy` or
     /// `Interrupted` (claimed by a live or a dead process), `Unavailable`.
-    fn claim(&self, run_id: &str, owner: &str) -> Result<Claimed, StoreError>;
+    fn claim(&self, run_id: &str, owner: &str, known: Option<u64>) -> Result<Claimed, StoreError>;
+
+    /// Whether one process holds the store alone (the file store's lock):
+    /// then a claim may wait until a resumed run's first new nested call —
+    /// before that, replaying the resume from the stored snapshot after a
+    /// crash repeats no effect.
+    fn exclusive(&self) -> bool {
+        false
+    }
 
     /// Forgets a run and its results (it ended, or was aborted).
     ///

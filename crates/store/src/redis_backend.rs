@@ -48,9 +48,20 @@ end
 return #gone
 ";
 
-/// ARGV: id, owner, record, instance, ttl ms, now ms, max runs, max bytes.
-/// Returns {'ok', generation} | {'full', runs} | {'bytes', held, needed}.
+/// ARGV: id, owner, record, instance, ttl ms, now ms, max runs, max bytes,
+/// tombstone ms. Drops expired runs first (as [`EXPIRE_LUA`]), in the same
+/// round trip. Returns {'ok', generation} | {'full', runs} |
+/// {'bytes', held, needed}.
 const PUT_LUA: &str = r"
+local gone = redis.call('ZRANGEBYSCORE', 'codemode:runs', '-inf', ARGV[6])
+for _, old in ipairs(gone) do
+  local size = redis.call('HGET', 'codemode:size', old)
+  if size then redis.call('DECRBY', 'codemode:bytes', size) end
+  redis.call('HDEL', 'codemode:size', old)
+  redis.call('ZREM', 'codemode:runs', old)
+  redis.call('DEL', 'codemode:run:' .. old, 'codemode:res:' .. old)
+  redis.call('SET', 'codemode:expired:' .. old, '1', 'PX', ARGV[9])
+end
 local id = ARGV[1]
 local key = 'codemode:run:' .. id
 local size = string.len(ARGV[3])
@@ -74,7 +85,8 @@ redis.call('INCRBY', 'codemode:bytes', grow)
 return {'ok', gen}
 ";
 
-/// ARGV: id, owner, instance. Returns {'ok', gen, record, results...} |
+/// ARGV: id, owner, instance, known generation (or ''). Returns
+/// {'ok', gen, record (empty when the generation is known), results...} |
 /// {'unknown'} | {'expired'} | {'other'} | {'busy', instance}.
 const CLAIM_LUA: &str = r"
 local id = ARGV[1]
@@ -89,7 +101,9 @@ end
 if run[2] ~= '*' and run[2] ~= ARGV[2] then return {'other'} end
 if run[1] == 'resuming' then return {'busy', run[3]} end
 redis.call('HSET', key, 'state', 'resuming', 'inst', ARGV[3])
-local out = {'ok', run[4], run[5]}
+local record = run[5]
+if run[4] == ARGV[4] then record = '' end
+local out = {'ok', run[4], record}
 local results = redis.call('HGETALL', 'codemode:res:' .. id)
 for _, v in ipairs(results) do table.insert(out, v) end
 return out
@@ -389,11 +403,6 @@ impl RunBackend for RedisBackend {
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         let reply: Vec<Value> = self.with(|con| {
             self.scripts
-                .expire
-                .arg(now)
-                .arg(TOMBSTONE_MS)
-                .invoke::<()>(con)?;
-            self.scripts
                 .put
                 .arg(run_id)
                 .arg(owner)
@@ -403,6 +412,7 @@ impl RunBackend for RedisBackend {
                 .arg(now)
                 .arg(bounds.max_runs)
                 .arg(bounds.max_bytes)
+                .arg(TOMBSTONE_MS)
                 .invoke(con)
         })?;
         let tag = reply.first().and_then(text).unwrap_or_default();
@@ -423,13 +433,15 @@ impl RunBackend for RedisBackend {
         }
     }
 
-    fn claim(&self, run_id: &str, owner: &str) -> Result<Claimed, StoreError> {
+    fn claim(&self, run_id: &str, owner: &str, known: Option<u64>) -> Result<Claimed, StoreError> {
+        let known = known.map_or_else(String::new, |g| g.to_string());
         let reply: Vec<Value> = self.with(|con| {
             self.scripts
                 .claim
                 .arg(run_id)
                 .arg(owner)
                 .arg(&self.instance)
+                .arg(&known)
                 .invoke(con)
         })?;
         let tag = reply.first().and_then(text).unwrap_or_default();

@@ -14,6 +14,7 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    fsync: &'static str,
 }
 
 impl RedisServer {
@@ -27,6 +28,14 @@ impl RedisServer {
         reason = "test support: failing loudly is the point"
     )]
     pub fn start() -> RedisServer {
+        RedisServer::start_with_fsync("always")
+    }
+
+    /// Starts one with `appendfsync` set to `fsync` (`always`: every write
+    /// on disk before the reply; `everysec`: the production default, which
+    /// loses nothing when the server process restarts and at most a second
+    /// when the machine crashes).
+    pub fn start_with_fsync(fsync: &'static str) -> RedisServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -41,6 +50,7 @@ impl RedisServer {
             child: None,
             port,
             dir,
+            fsync,
         };
         server.spawn();
         server

@@ -51,30 +51,51 @@ fn a_run_is_claimed_once_and_stored_again_with_a_new_generation() {
     each_backend(|place| {
         let store = place.open();
         assert_eq!(store.put("run_a", "p:alice", b"one", TTL, BOUNDS), Ok(1));
-        let claimed = store.claim("run_a", "p:alice").expect("claims");
+        let claimed = store.claim("run_a", "p:alice", None).expect("claims");
         assert_eq!(
             (claimed.record.as_slice(), claimed.generation),
             (&b"one"[..], 1)
         );
         assert!(
             matches!(
-                store.claim("run_a", "p:alice"),
+                store.claim("run_a", "p:alice", None),
                 Err(StoreError::Busy { .. })
             ),
             "a second claim while resuming is refused"
         );
         assert_eq!(store.put("run_a", "p:alice", b"two", TTL, BOUNDS), Ok(2));
-        let again = store.claim("run_a", "p:alice").expect("waiting again");
+        let again = store
+            .claim("run_a", "p:alice", None)
+            .expect("waiting again");
         assert_eq!(
             (again.record.as_slice(), again.generation),
             (&b"two"[..], 2)
         );
         store.remove("run_a").expect("removes");
         assert_eq!(
-            store.claim("run_a", "p:alice").map(|c| c.generation),
+            store.claim("run_a", "p:alice", None).map(|c| c.generation),
             Err(StoreError::Unknown)
         );
         assert_eq!(store.stats().expect("stats").waiting, 0);
+    });
+}
+
+#[test]
+fn a_claim_naming_the_current_generation_gets_no_record_back() {
+    each_backend(|place| {
+        let store = place.open();
+        store
+            .put("run_g", "o", b"big record", TTL, BOUNDS)
+            .expect("put");
+        let claimed = store.claim("run_g", "o", Some(1)).expect("claims");
+        assert_eq!((claimed.generation, claimed.record.len()), (1, 0));
+        store.put("run_g", "o", b"again", TTL, BOUNDS).expect("put");
+        // A stale generation gets the record.
+        let claimed = store.claim("run_g", "o", Some(1)).expect("claims");
+        assert_eq!(
+            (claimed.generation, claimed.record.as_slice()),
+            (2, &b"again"[..])
+        );
     });
 }
 
@@ -86,15 +107,17 @@ fn only_the_owner_claims_a_run_unless_the_id_is_the_capability() {
             .put("run_b", "p:alice", b"x", TTL, BOUNDS)
             .expect("put");
         assert_eq!(
-            store.claim("run_b", "p:mallory").map(|c| c.generation),
+            store
+                .claim("run_b", "p:mallory", None)
+                .map(|c| c.generation),
             Err(StoreError::OtherOwner)
         );
         // The refused claim changed nothing.
-        assert!(store.claim("run_b", "p:alice").is_ok());
+        assert!(store.claim("run_b", "p:alice", None).is_ok());
         store
             .put("run_c", ANY_OWNER, b"y", TTL, BOUNDS)
             .expect("put");
-        assert!(store.claim("run_c", "anyone").is_ok());
+        assert!(store.claim("run_c", "anyone", None).is_ok());
     });
 }
 
@@ -139,14 +162,14 @@ fn a_run_past_its_ttl_is_expired_not_unknown() {
         store.put("run_u", "o", b"y", TTL, BOUNDS).expect("put");
         std::thread::sleep(Duration::from_millis(400));
         assert_eq!(
-            store.claim("run_t", "o").map(|c| c.generation),
+            store.claim("run_t", "o", None).map(|c| c.generation),
             Err(StoreError::Expired)
         );
         store.expire().expect("expires");
         let stats = store.stats().expect("stats");
         assert_eq!((stats.waiting, stats.resuming), (1, 0), "{stats:?}");
         assert_eq!(
-            store.claim("run_t", "o").map(|c| c.generation),
+            store.claim("run_t", "o", None).map(|c| c.generation),
             Err(StoreError::Expired)
         );
     });
@@ -176,7 +199,7 @@ fn results_reach_the_claim_and_wake_waiters() {
             took < Duration::from_secs(5),
             "woken, not timed out: {took:?}"
         );
-        let claimed = store.claim("run_r", "o").expect("claims");
+        let claimed = store.claim("run_r", "o", None).expect("claims");
         let mut results = claimed.results;
         results.sort();
         assert_eq!(
@@ -196,7 +219,7 @@ fn a_claim_by_a_process_that_died_is_interrupted_not_replayed() {
         let first = place.open();
         first.put("run_k", "o", b"snap", TTL, BOUNDS).expect("put");
         first.put("run_w", "o", b"waits", TTL, BOUNDS).expect("put");
-        first.claim("run_k", "o").expect("claims");
+        first.claim("run_k", "o", None).expect("claims");
         let dead = first.instance().to_owned();
         drop(first);
         let second = place.open();
@@ -207,11 +230,13 @@ fn a_claim_by_a_process_that_died_is_interrupted_not_replayed() {
             std::thread::sleep(Duration::from_millis(100));
         }
         assert_eq!(
-            second.claim("run_k", "o").map(|c| c.generation),
+            second.claim("run_k", "o", None).map(|c| c.generation),
             Err(StoreError::Interrupted { instance: dead })
         );
         // A run that was waiting survives the process, record and all.
-        let waiting = second.claim("run_w", "o").expect("claims after restart");
+        let waiting = second
+            .claim("run_w", "o", None)
+            .expect("claims after restart");
         assert_eq!(waiting.record, b"waits");
     });
 }
@@ -225,10 +250,10 @@ fn two_redis_clients_share_runs_and_results() {
     assert!(a.instance_alive(b.instance()) && b.instance_alive(a.instance()));
     a.put("run_s", "o", b"from a", TTL, BOUNDS)
         .expect("put on a");
-    let claimed = b.claim("run_s", "o").expect("claimed on b");
+    let claimed = b.claim("run_s", "o", None).expect("claimed on b");
     assert_eq!(claimed.record, b"from a");
     assert!(matches!(
-        a.claim("run_s", "o"),
+        a.claim("run_s", "o", None),
         Err(StoreError::Busy { instance }) if instance == b.instance()
     ));
     let waiter = {
@@ -261,7 +286,10 @@ fn an_unreachable_redis_is_a_clear_error_and_a_restarted_one_is_used_again() {
     // Back on the same append-only file: the waiting run is still there
     // and the same client reconnects on its own.
     redis.restart();
-    assert_eq!(store.claim("run_p", "o").expect("claims").record, b"kept");
+    assert_eq!(
+        store.claim("run_p", "o", None).expect("claims").record,
+        b"kept"
+    );
 }
 
 #[test]
@@ -281,7 +309,7 @@ fn a_file_store_is_held_by_one_process_and_survives_reopening() {
     let reopened = place.open();
     assert_eq!(reopened.stats().expect("stats").waiting, 1);
     assert_eq!(
-        reopened.claim("run_f", "x").expect("claims").record,
+        reopened.claim("run_f", "x", None).expect("claims").record,
         b"durable"
     );
 }
