@@ -689,24 +689,22 @@ impl GatewaySession {
 
 /// [`GatewaySession::tool_result`] for a given `results.form`.
 fn tool_result(form: ResultForm, result: &CodeModeResult) -> CallToolResult {
-    {
-        let model = result.to_model_json();
-        let json_text = || serde_json::to_string(&model).unwrap_or_else(|_| model.to_string());
-        let (text, structured) = match form {
-            ResultForm::Structured => (result.summary_text(), Some(model.clone())),
-            ResultForm::Text => (json_text(), None),
-            ResultForm::Both => (json_text(), Some(model.clone())),
-        };
-        let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
-        out.is_error = Some(matches!(result, CodeModeResult::Failed { .. }));
-        out.structured_content = structured;
-        let mut meta = rmcp::model::MetaObject::new();
-        if let Ok(telemetry) = serde_json::to_value(result.telemetry()) {
-            meta.insert("codemode/telemetry".into(), telemetry);
-        }
-        out.meta = Some(meta);
-        out
+    let model = result.to_model_json();
+    let json_text = || serde_json::to_string(&model).unwrap_or_else(|_| model.to_string());
+    let (text, structured) = match form {
+        ResultForm::Structured => (result.summary_text(), Some(model.clone())),
+        ResultForm::Text => (json_text(), None),
+        ResultForm::Both => (json_text(), Some(model.clone())),
+    };
+    let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+    out.is_error = Some(matches!(result, CodeModeResult::Failed { .. }));
+    out.structured_content = structured;
+    let mut meta = rmcp::model::MetaObject::new();
+    if let Ok(telemetry) = serde_json::to_value(result.telemetry()) {
+        meta.insert("codemode/telemetry".into(), telemetry);
     }
+    out.meta = Some(meta);
+    out
 }
 
 impl ServerHandler for GatewaySession {

@@ -914,35 +914,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bad_tool_is_left_out_and_the_rest_kept() {
-        let raw = serde_json::json!({
-            "tools": [
-                { "name": "good", "inputSchema": { "type": "object" } },
-                { "name": "array_schema", "inputSchema": [] },
-                { "name": "null_schema", "inputSchema": null },
-                { "name": "no_schema" },
-                { "name": "also_good", "inputSchema": { "type": "object", "properties": {} } }
-            ],
-            "nextCursor": "page2"
-        });
-        // The SDK's untagged result type hands such a page over raw.
-        let parsed: ServerResult = serde_json::from_value(raw.clone()).unwrap();
-        assert!(
-            matches!(parsed, ServerResult::CustomResult(_)),
-            "{parsed:?}"
-        );
-        let (tools, next) = tools_one_by_one("s", raw);
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-        assert_eq!(names, ["good", "also_good"]);
-        assert_eq!(next.as_deref(), Some("page2"));
-    }
-}
-
 /// Answers a 2026 server's `input_required` requests: elicitations through
 /// the relay to the client whose run made the call (a client that cannot
 /// be asked declines); sampling and roots are not offered by code mode.
@@ -976,4 +947,33 @@ async fn answer_input_requests(
         responses.insert(key, answer);
     }
     Ok(responses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_tool_is_left_out_and_the_rest_kept() {
+        let raw = serde_json::json!({
+            "tools": [
+                { "name": "good", "inputSchema": { "type": "object" } },
+                { "name": "array_schema", "inputSchema": [] },
+                { "name": "null_schema", "inputSchema": null },
+                { "name": "no_schema" },
+                { "name": "also_good", "inputSchema": { "type": "object", "properties": {} } }
+            ],
+            "nextCursor": "page2"
+        });
+        // The SDK's untagged result type hands such a page over raw.
+        let parsed: ServerResult = serde_json::from_value(raw.clone()).unwrap();
+        assert!(
+            matches!(parsed, ServerResult::CustomResult(_)),
+            "{parsed:?}"
+        );
+        let (tools, next) = tools_one_by_one("s", raw);
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names, ["good", "also_good"]);
+        assert_eq!(next.as_deref(), Some("page2"));
+    }
 }

@@ -466,13 +466,13 @@ impl RunStore {
     /// Aborts one run of `scope`; true when it was waiting or resuming.
     pub(crate) fn abort_run(&self, run_id: &str, scope: &Scope) -> bool {
         let mut runs = self.lock();
-        let aborted = match runs.get_mut(run_id) {
+        match runs.get_mut(run_id) {
             Some(Slot::Waiting(run)) if run.state.scope == *scope => {
                 let old = runs.insert(run_id.to_owned(), Slot::Aborted);
                 drop(runs);
                 drop(old);
                 self.forget_durable(&[run_id.to_owned()]);
-                return true;
+                true
             }
             Some(Slot::Resuming {
                 scope: s, abort, ..
@@ -481,8 +481,7 @@ impl RunStore {
                 true
             }
             _ => false,
-        };
-        aborted
+        }
     }
 
     /// Aborts the runs matching `which`, leaving `aborted` tombstones (and

@@ -93,8 +93,10 @@ fn snapshots_store_only_what_changed() {
         "{} bytes",
         snapshot.size_bytes()
     );
+    // The persisted form trades size for speed (a fast zstd level):
+    // about 87 KB here, versus 164 KB and more in memory.
     assert!(
-        snapshot.to_bytes().len() < 64 * 1024,
+        snapshot.to_bytes().len() < 128 * 1024,
         "{} bytes persisted",
         snapshot.to_bytes().len()
     );

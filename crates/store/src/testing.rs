@@ -23,10 +23,6 @@ impl RedisServer {
     /// # Panics
     /// When `redis-server` is not installed or does not start in 20 s
     /// (tests must not pass without the real component).
-    #[allow(
-        clippy::expect_used,
-        reason = "test support: failing loudly is the point"
-    )]
     pub fn start() -> RedisServer {
         RedisServer::start_with_fsync("always")
     }
@@ -35,6 +31,10 @@ impl RedisServer {
     /// on disk before the reply; `everysec`: the production default, which
     /// loses nothing when the server process restarts and at most a second
     /// when the machine crashes).
+    #[allow(
+        clippy::expect_used,
+        reason = "test support: failing loudly is the point"
+    )]
     pub fn start_with_fsync(fsync: &'static str) -> RedisServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -89,7 +89,7 @@ impl RedisServer {
                 "--appendonly",
                 "yes",
                 "--appendfsync",
-                "always",
+                self.fsync,
             ])
             .arg("--dir")
             .arg(&self.dir)
