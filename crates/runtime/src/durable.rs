@@ -214,7 +214,7 @@ pub(crate) struct PendingCall {
 pub(crate) struct RunRecord {
     pub(crate) parent_call_id: String,
     pub(crate) language: Option<String>,
-    pub(crate) info: StoredInfo,
+    pub(crate) info: RunInfo,
     pub(crate) yields: Vec<u32>,
     carried: Vec<(u32, StoredSettlement)>,
     pub(crate) pending: Vec<PendingCall>,
@@ -225,39 +225,18 @@ pub(crate) struct RunRecord {
     pub(crate) owner_key: String,
 }
 
-#[derive(Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct StoredInfo {
-    exec_count: u32,
-    wait_count: u32,
-    search_count: u32,
-    describe_count: u32,
-    api_count: u32,
-    call_count: u32,
-    tool_ids: Vec<String>,
-    cancelled: u32,
-}
-
 impl RunRecord {
     pub(crate) fn carried(&mut self) -> impl Iterator<Item = (u32, Settlement)> + '_ {
         self.carried.drain(..).map(|(id, s)| (id, s.into()))
     }
 
     pub(crate) fn run_info(&self) -> RunInfo {
-        let i = &self.info;
         RunInfo {
             language: self
                 .language
                 .as_deref()
                 .and_then(crate::config::Language::parse),
-            exec_count: i.exec_count,
-            wait_count: i.wait_count,
-            search_count: i.search_count,
-            describe_count: i.describe_count,
-            api_count: i.api_count,
-            call_count: i.call_count,
-            tool_ids: i.tool_ids.clone(),
-            cancelled: i.cancelled,
+            ..self.info.clone()
         }
     }
 }
@@ -271,16 +250,7 @@ pub(crate) fn encode(state: &RunState, snapshot: &[u8], instance: &str) -> Vec<u
     let record = RunRecord {
         parent_call_id: state.parent_call_id.clone(),
         language: i.language.map(|l| l.as_str().to_owned()),
-        info: StoredInfo {
-            exec_count: i.exec_count,
-            wait_count: i.wait_count,
-            search_count: i.search_count,
-            describe_count: i.describe_count,
-            api_count: i.api_count,
-            call_count: i.call_count,
-            tool_ids: i.tool_ids.clone(),
-            cancelled: i.cancelled,
-        },
+        info: i.clone(),
         yields: state.yields.clone(),
         carried: state
             .carried

@@ -17,9 +17,12 @@ use crate::control::{Approver, RunTag, ToolHooks};
 use crate::runtime::Inner;
 use crate::session::{CodeModeSession, RunContext, Scope, ScopeState, ToolExecutor};
 
-/// Counters carried across the exec and waits of one run.
-#[derive(Debug, Clone, Default)]
+/// Counters carried across the exec and waits of one run (a durable run's
+/// record keeps them; the language is kept beside them there).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub(crate) struct RunInfo {
+    #[serde(skip)]
     pub(crate) language: Option<Language>,
     pub(crate) exec_count: u32,
     pub(crate) wait_count: u32,

@@ -148,6 +148,15 @@ enum Slot {
 }
 
 impl Slot {
+    fn resuming(scope: &Scope, owner: Option<Arc<str>>, owner_key: Arc<str>) -> Slot {
+        Slot::Resuming {
+            scope: scope.clone(),
+            owner,
+            owner_key,
+            abort: false,
+        }
+    }
+
     fn is_live(&self) -> bool {
         matches!(self, Slot::Waiting(_) | Slot::Resuming { .. })
     }
@@ -439,15 +448,7 @@ impl RunStore {
             Some(Slot::Waiting(run)) => {
                 let owner = run.state.owner.as_ref().map(|o| Arc::clone(&o.name));
                 let owner_key = Arc::clone(&run.state.owner_key);
-                let taken = runs.insert(
-                    run_id.to_owned(),
-                    Slot::Resuming {
-                        scope: scope.clone(),
-                        owner,
-                        owner_key,
-                        abort: false,
-                    },
-                );
+                let taken = runs.insert(run_id.to_owned(), Slot::resuming(scope, owner, owner_key));
                 match taken {
                     Some(Slot::Waiting(run)) => Ok(*run),
                     _ => Err(StoreError::Unknown),
@@ -536,15 +537,9 @@ impl RunStore {
         owner: Option<Arc<str>>,
         owner_key: Arc<str>,
     ) {
-        let old = self.lock().insert(
-            run_id.to_owned(),
-            Slot::Resuming {
-                scope: scope.clone(),
-                owner,
-                owner_key,
-                abort: false,
-            },
-        );
+        let old = self
+            .lock()
+            .insert(run_id.to_owned(), Slot::resuming(scope, owner, owner_key));
         drop(old);
     }
 

@@ -34,34 +34,39 @@ const IO_TIMEOUT: Duration = Duration::from_secs(2);
 const TOMBSTONE_MS: u64 = 3_600_000;
 
 /// Drops expired runs from the index and the byte count (the run hashes
-/// expire by themselves). ARGV[1]: now (ms). Returns how many.
-const EXPIRE_LUA: &str = r"
-local gone = redis.call('ZRANGEBYSCORE', 'codemode:runs', '-inf', ARGV[1])
-for _, id in ipairs(gone) do
-  local size = redis.call('HGET', 'codemode:size', id)
-  if size then redis.call('DECRBY', 'codemode:bytes', size) end
-  redis.call('HDEL', 'codemode:size', id)
-  redis.call('ZREM', 'codemode:runs', id)
-  redis.call('DEL', 'codemode:run:' .. id, 'codemode:res:' .. id)
-  redis.call('SET', 'codemode:expired:' .. id, '1', 'PX', ARGV[2])
-end
-return #gone
-";
-
-/// ARGV: id, owner, record, instance, ttl ms, now ms, max runs, max bytes,
-/// tombstone ms. Drops expired runs first (as [`EXPIRE_LUA`]), in the same
-/// round trip. Returns {'ok', generation} | {'full', runs} |
-/// {'bytes', held, needed}.
-const PUT_LUA: &str = r"
-local gone = redis.call('ZRANGEBYSCORE', 'codemode:runs', '-inf', ARGV[6])
+/// expire by themselves), leaving tombstones; expects locals `now` (ms)
+/// and `tomb` (tombstone ms) and sets `gone`. Shared by the scripts below.
+macro_rules! expire_lua {
+    () => {
+        r"
+local gone = redis.call('ZRANGEBYSCORE', 'codemode:runs', '-inf', now)
 for _, old in ipairs(gone) do
   local size = redis.call('HGET', 'codemode:size', old)
   if size then redis.call('DECRBY', 'codemode:bytes', size) end
   redis.call('HDEL', 'codemode:size', old)
   redis.call('ZREM', 'codemode:runs', old)
   redis.call('DEL', 'codemode:run:' .. old, 'codemode:res:' .. old)
-  redis.call('SET', 'codemode:expired:' .. old, '1', 'PX', ARGV[9])
+  redis.call('SET', 'codemode:expired:' .. old, '1', 'PX', tomb)
 end
+"
+    };
+}
+
+/// ARGV: now (ms), tombstone ms. Returns how many runs expired.
+const EXPIRE_LUA: &str = concat!(
+    "local now, tomb = ARGV[1], ARGV[2]\n",
+    expire_lua!(),
+    "return #gone\n"
+);
+
+/// ARGV: id, owner, record, instance, ttl ms, now ms, max runs, max bytes,
+/// tombstone ms. Drops expired runs first (as [`EXPIRE_LUA`]), in the same
+/// round trip. Returns {'ok', generation} | {'full', runs} |
+/// {'bytes', held, needed}.
+const PUT_LUA: &str = concat!(
+    "local now, tomb = ARGV[6], ARGV[9]\n",
+    expire_lua!(),
+    r"
 local id = ARGV[1]
 local key = 'codemode:run:' .. id
 local size = string.len(ARGV[3])
@@ -83,7 +88,8 @@ redis.call('ZADD', 'codemode:runs', expires, id)
 redis.call('HSET', 'codemode:size', id, size)
 redis.call('INCRBY', 'codemode:bytes', grow)
 return {'ok', gen}
-";
+"
+);
 
 /// ARGV: id, owner, instance, known generation (or ''). Returns
 /// {'ok', gen, record (empty when the generation is known), results...} |
