@@ -9,7 +9,9 @@
 //! is the run id; `tasks/get` reports `working` and then `completed` with
 //! the tool result `exec` would have returned; `tasks/cancel` aborts the
 //! run (the task says `cancelled`, the run is gone); another principal's
-//! task is not found; and a stateless client that did not declare tasks
+//! task is not found; a task whose call awaits approval is
+//! `input_required` until an operator approves it at the operator endpoint;
+//! and a stateless client that did not declare tasks
 //! keeps `waiting` + `wait` across requests (the run id is the capability).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
@@ -34,8 +36,12 @@ const BOB: &str = "bob-token-0123456789abcdef";
 struct Gateway {
     child: Child,
     url: String,
+    /// The operator endpoint (`http://ADDR`), started with every gateway.
+    admin: String,
     _dir: tempfile::TempDir,
 }
+
+const ADMIN_TOKEN: &str = "operator-token-0123456789";
 
 impl Drop for Gateway {
     fn drop(&mut self) {
@@ -53,14 +59,18 @@ fn start_gateway() -> Gateway {
         json!({
             "tools": { "codeMode": { "enabled": true, "timeoutMs": 400 } },
             "auth": { "bearerTokens": [{ "name": "alice", "token": ALICE }, { "name": "bob", "token": BOB }] },
-            "mcpServers": { "slow": { "command": "node", "args": [e2e.join("servers/slow.mjs")] } },
+            "mcpServers": {
+                "slow": { "command": "node", "args": [e2e.join("servers/slow.mjs")] },
+                "annotated": { "command": "node", "args": [e2e.join("servers/annotated.mjs")] },
+            },
         })
         .to_string(),
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
         .args(["serve", "--config", config.to_str().unwrap()])
-        .args(["--http", "127.0.0.1:0"])
+        .args(["--http", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .env("CODEMODE_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("CODEMODE_DATA_DIR", dir.path())
         .env("CODEMODE_LOG", "warn")
         .stdin(Stdio::null())
@@ -69,9 +79,12 @@ fn start_gateway() -> Gateway {
         .spawn()
         .unwrap();
     let stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut url = None;
+    let (mut url, mut admin) = (None, None);
     for line in stderr.lines() {
         let line = line.unwrap();
+        if let Some(at) = line.strip_prefix("codemode: operator endpoint at ") {
+            admin = at.trim().strip_suffix("/approvals").map(str::to_owned);
+        }
         if let Some(at) = line.strip_prefix("codemode: serving MCP at ") {
             url = Some(at.trim().to_owned());
             break;
@@ -80,6 +93,7 @@ fn start_gateway() -> Gateway {
     Gateway {
         child,
         url: url.expect("the gateway reports where it serves"),
+        admin: admin.expect("the gateway reports its operator endpoint"),
         _dir: dir,
     }
 }
@@ -255,5 +269,82 @@ async fn a_stateless_client_without_tasks_keeps_waiting_and_wait_across_requests
     }
     assert_eq!(result["status"], "completed", "{result}");
     assert_eq!(result["value"], "slept plain");
+    alice.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_an_approval_is_input_required_until_an_operator_decides() {
+    let gateway = start_gateway();
+    let alice = client(&gateway, ALICE, true).await;
+    // A destructive tool needs approval; a 2026 client cannot be asked
+    // mid-call, so the call waits for the operator endpoint.
+    let response = alice
+        .call_tool_once(exec(
+            r#"return (await MCP.annotated.drop({ table: "logs" })).content[0].text;"#,
+        ))
+        .await
+        .unwrap();
+    let CallToolResponse::Task(created) = response else {
+        panic!("expected a task, got {response:?}");
+    };
+    let id = created.task.task_id.clone();
+    assert_eq!(
+        created.task.status,
+        TaskStatus::InputRequired,
+        "{created:?}"
+    );
+    let task = alice
+        .peer()
+        .get_task(GetTaskParams::new(id.clone()))
+        .await
+        .unwrap()
+        .task;
+    assert_eq!(task.status(), TaskStatus::InputRequired);
+    assert!(
+        task.task
+            .status_message
+            .as_deref()
+            .unwrap_or("")
+            .contains("operator"),
+        "{task:?}"
+    );
+    // The operator approves it.
+    let http = reqwest::Client::new();
+    let listed: Value = http
+        .get(format!("{}/approvals", gateway.admin))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pending = &listed["pending"][0];
+    assert_eq!(pending["runId"], id.as_str(), "{listed}");
+    let decided = http
+        .post(format!("{}/approvals/approve", gateway.admin))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({ "runId": id, "callId": pending["callId"] }))
+        .send()
+        .await
+        .unwrap();
+    assert!(decided.status().is_success(), "{decided:?}");
+    let finished = loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let task = alice
+            .peer()
+            .get_task(GetTaskParams::new(id.clone()))
+            .await
+            .unwrap()
+            .task;
+        if task.status().is_terminal() {
+            break task;
+        }
+    };
+    let TaskPayload::Completed { result } = finished.payload else {
+        panic!("expected completed, got {:?}", finished.payload);
+    };
+    let tool_result: CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    assert_eq!(result_of(&tool_result)["value"], "dropped logs");
     alice.cancel().await.unwrap();
 }
