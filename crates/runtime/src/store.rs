@@ -228,7 +228,7 @@ impl RunStore {
     pub(crate) fn len(&self) -> usize {
         let (live, expired) = {
             let mut runs = self.lock();
-            let expired = RunStore::sweep(&mut runs, Instant::now());
+            let expired = self.sweep(&mut runs, Instant::now());
             (runs.values().filter(|s| s.is_live()).count(), expired)
         };
         drop(expired);
@@ -240,7 +240,7 @@ impl RunStore {
     /// timer, so expiry does not wait for the next store access). Returns
     /// how many runs it discarded.
     pub(crate) fn expire_now(&self) -> usize {
-        let expired = RunStore::sweep(&mut self.lock(), Instant::now());
+        let expired = self.sweep(&mut self.lock(), Instant::now());
         let count = expired.len();
         // Dropped outside the lock: cancelling calls takes other locks.
         drop(expired);
@@ -261,7 +261,12 @@ impl RunStore {
     /// Drops expired snapshots (cancelling their calls), remembering their
     /// ids so that a late `wait` says "expired" rather than "unknown".
     #[must_use = "expired runs must be dropped outside the store's lock"]
-    fn sweep(runs: &mut HashMap<String, Slot>, now: Instant) -> Vec<SuspendedRun> {
+    fn sweep(&self, runs: &mut HashMap<String, Slot>, now: Instant) -> Vec<SuspendedRun> {
+        // With a store other processes share, this copy may be stale: the
+        // run may be resumed elsewhere and follow its calls through the
+        // store. They are left to finish (and write their results) rather
+        // than cancelled; the store's own TTL ends the run.
+        let shared = self.durable.as_ref().is_some_and(|d| !d.exclusive());
         let mut expired = Vec::new();
         for (id, slot) in runs.iter_mut() {
             if let Slot::Waiting(run) = slot
@@ -273,9 +278,13 @@ impl RunStore {
                     run_id = %id,
                     bytes = run.snapshot.size_bytes(),
                     in_flight_calls = run.state.calls.in_flight(),
-                    "suspended run expired (snapshotTtlSeconds): snapshot discarded, nested calls cancelled"
+                    calls = if shared { "left to finish" } else { "cancelled" },
+                    "suspended run expired (snapshotTtlSeconds): snapshot discarded"
                 );
-                if let Slot::Waiting(run) = std::mem::replace(slot, Slot::Expired) {
+                if let Slot::Waiting(mut run) = std::mem::replace(slot, Slot::Expired) {
+                    if shared {
+                        run.state.calls.detach_all();
+                    }
                     expired.push(*run);
                 }
             }
@@ -307,7 +316,7 @@ impl RunStore {
         run: SuspendedRun,
     ) -> Result<String, StoreError> {
         let mut runs = self.lock();
-        let expired = RunStore::sweep(&mut runs, Instant::now());
+        let expired = self.sweep(&mut runs, Instant::now());
         let limits = self.limits;
         let needed = run.held_bytes();
         let scope = run.state.scope.clone();
@@ -428,7 +437,7 @@ impl RunStore {
         owner_key: &Arc<str>,
     ) -> Result<SuspendedRun, StoreError> {
         let mut runs = self.lock();
-        let expired = RunStore::sweep(&mut runs, Instant::now());
+        let expired = self.sweep(&mut runs, Instant::now());
         let taken = RunStore::take_locked(&mut runs, run_id, scope, owner_key);
         drop(runs);
         drop(expired);
