@@ -34,8 +34,13 @@ function durableConfig(dir, name, { timeoutMs, log }) {
   return path;
 }
 
+/** The calls the slow server started, sorted (`start <tag>`). */
 function calls(log) {
-  return existsSync(log) ? readFileSync(log, "utf8").trim().split("\n").sort() : [];
+  return lines(log).filter((l) => l.startsWith("start ")).sort();
+}
+
+function lines(log) {
+  return existsSync(log) ? readFileSync(log, "utf8").trim().split("\n") : [];
 }
 
 /** A real redis-server on a free port, durable (append-only, fsync always). */
@@ -73,7 +78,11 @@ describe("the embedded file store", () => {
       return [await quick, await long];`);
     assert.equal(started.status, "waiting", JSON.stringify(started));
     // The quick call answers while the run waits: its result is stored.
-    await sleep(2000);
+    for (let i = 0; !lines(log).includes("done quick"); i++) {
+      assert.ok(i < 300, "the quick call never answered");
+      await sleep(50);
+    }
+    await sleep(500);
     await client.close().catch(() => {});
     await gateway.kill();
 

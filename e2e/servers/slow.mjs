@@ -1,8 +1,8 @@
 // A real MCP server (official TypeScript SDK, stdio) with one slow tool,
 // for the durable-run tests: `sleep({ ms, tag })` answers `slept <tag>`
 // after `ms`. Every call that starts is appended to the file SLOW_LOG
-// names (`start <tag>`), so a test can tell that no call ran twice, even
-// across gateway processes.
+// names (`start <tag>`, and `done <tag>` as it answers), so a test can
+// tell that no call ran twice, even across gateway processes.
 import { appendFileSync } from "node:fs";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
@@ -16,6 +16,7 @@ server.registerTool("sleep", {
 }, async ({ ms, tag }) => {
   if (process.env.SLOW_LOG) appendFileSync(process.env.SLOW_LOG, `start ${tag}\n`);
   await new Promise((resolve) => setTimeout(resolve, ms));
+  if (process.env.SLOW_LOG) appendFileSync(process.env.SLOW_LOG, `done ${tag}\n`);
   return { content: [{ type: "text", text: `slept ${tag}` }] };
 });
 await server.connect(new StdioServerTransport());

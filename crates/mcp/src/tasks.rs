@@ -48,7 +48,9 @@ struct TaskEntry {
     created_at: String,
     ttl: Duration,
     state: Mutex<TaskState>,
-    session: Arc<CodeModeSession>,
+    /// The session driving the run; let go when the task ends (so a
+    /// finished task does not keep its client's session alive).
+    session: Mutex<Option<Arc<CodeModeSession>>>,
 }
 
 struct TaskState {
@@ -94,6 +96,10 @@ impl TaskEntry {
         if payload.status().is_terminal() {
             state.finished = Some(Instant::now());
             state.driving = None;
+            self.session
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
         }
         state.payload = payload;
         state.message = message;
@@ -163,7 +169,7 @@ impl Tasks {
                 cancel_requested: false,
                 driving: None,
             }),
-            session,
+            session: Mutex::new(Some(session)),
         });
         {
             let mut entries = self.entries();
@@ -214,10 +220,17 @@ impl Tasks {
             state.cancel_requested = true;
             state.driving.clone()
         };
-        if let Some(call_id) = driving {
-            entry.session.cancel_call(&call_id);
+        let session = entry
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(session) = session {
+            if let Some(call_id) = driving {
+                session.cancel_call(&call_id);
+            }
+            session.abort_run(id);
         }
-        entry.session.abort_run(id);
         entry.set(
             TaskPayload::Cancelled,
             Some("cancelled by the client".into()),
@@ -247,10 +260,16 @@ async fn drive(
             }
             state.driving = Some(call_id.clone());
         }
-        let result = entry
+        let session = entry
             .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let Some(session) = session else { return };
+        let result = session
             .wait_call(&call_id, &json!({ "runId": run_id }))
             .await;
+        drop(session);
         if entry.lock().cancel_requested {
             entry.set(
                 TaskPayload::Cancelled,

@@ -187,7 +187,13 @@ async fn results_that_arrived_while_the_run_waited_are_delivered_after_a_restart
         assert_eq!(started["status"], "waiting", "{started}");
         let run_id = started["runId"].clone();
         // The call finishes while the run waits: its result goes to the store.
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        common::eventually("the result is in the store", || {
+            first
+                .durable_store_stats()
+                .and_then(|(_, stats)| stats.ok())
+                .is_some_and(|stats| stats.results >= 1)
+        })
+        .await;
         drop(s);
         die(first);
         let second = place.runtime(CONFIG);
