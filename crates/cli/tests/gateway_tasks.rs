@@ -11,8 +11,10 @@
 //! run (the task says `cancelled`, the run is gone); another principal's
 //! task is not found; a task whose call awaits approval is
 //! `input_required` until an operator approves it at the operator endpoint;
-//! and a stateless client that did not declare tasks
-//! keeps `waiting` + `wait` across requests (the run id is the capability).
+//! a task whose Redis store goes away for good ends when its run expires
+//! (it does not poll forever); and a stateless client that did not declare
+//! tasks keeps `waiting` + `wait` across requests (the run id is the
+//! capability).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
@@ -29,6 +31,8 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, service::RunningService};
 use serde_json::{Value, json};
+
+type Client = RunningService<RoleClient, ClientConfig>;
 
 const ALICE: &str = "alice-token-0123456789abcdef";
 const BOB: &str = "bob-token-0123456789abcdef";
@@ -51,22 +55,29 @@ impl Drop for Gateway {
 }
 
 fn start_gateway() -> Gateway {
+    start_gateway_with(json!({ "timeoutMs": 400 }), None)
+}
+
+/// A gateway with these `tools.codeMode` settings and run store (`None`:
+/// the default file store in its data directory).
+fn start_gateway_with(code_mode: Value, store: Option<String>) -> Gateway {
     let e2e = common::ensure_npm_installed();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("gateway.json");
-    std::fs::write(
-        &config,
-        json!({
-            "tools": { "codeMode": { "enabled": true, "timeoutMs": 400 } },
-            "auth": { "bearerTokens": [{ "name": "alice", "token": ALICE }, { "name": "bob", "token": BOB }] },
-            "mcpServers": {
-                "slow": { "command": "node", "args": [e2e.join("servers/slow.mjs")] },
-                "annotated": { "command": "node", "args": [e2e.join("servers/annotated.mjs")] },
-            },
-        })
-        .to_string(),
-    )
-    .unwrap();
+    let mut code_mode = code_mode;
+    code_mode["enabled"] = json!(true);
+    let mut settings = json!({
+        "tools": { "codeMode": code_mode },
+        "auth": { "bearerTokens": [{ "name": "alice", "token": ALICE }, { "name": "bob", "token": BOB }] },
+        "mcpServers": {
+            "slow": { "command": "node", "args": [e2e.join("servers/slow.mjs")] },
+            "annotated": { "command": "node", "args": [e2e.join("servers/annotated.mjs")] },
+        },
+    });
+    if let Some(store) = store {
+        settings["store"] = json!(store);
+    }
+    std::fs::write(&config, settings.to_string()).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
         .args(["serve", "--config", config.to_str().unwrap()])
         .args(["--http", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
@@ -100,11 +111,7 @@ fn start_gateway() -> Gateway {
 
 /// A stateless (2026-07-28) client of `token`'s principal; with `tasks` it
 /// declares the Tasks extension.
-async fn client(
-    gateway: &Gateway,
-    token: &str,
-    tasks: bool,
-) -> RunningService<RoleClient, ClientConfig> {
+async fn client(gateway: &Gateway, token: &str, tasks: bool) -> Client {
     codemode_mcp::install_tls_provider();
     let capabilities = if tasks {
         ClientCapabilities::builder().enable_tasks().build()
@@ -130,6 +137,57 @@ fn exec(code: &str) -> CallToolRequestParams {
         .with_arguments(serde_json::from_value(json!({ "code": code })).unwrap())
 }
 
+fn wait_for(run_id: &Value) -> CallToolRequestParams {
+    CallToolRequestParams::new("wait")
+        .with_arguments(serde_json::from_value(json!({ "runId": run_id })).unwrap())
+}
+
+/// Calls a tool that must answer in place (no task); its code-mode result.
+async fn call_plain(client: &Client, params: CallToolRequestParams) -> Value {
+    let response = client.call_tool_once(params).await.unwrap();
+    let CallToolResponse::Complete(result) = response else {
+        panic!("expected a plain result, got {response:?}");
+    };
+    result_of(&result)
+}
+
+/// Runs `code` as an exec that must answer a task; the task it created.
+async fn start_task(client: &Client, code: &str) -> rmcp::model::Task {
+    let response = client.call_tool_once(exec(code)).await.unwrap();
+    let CallToolResponse::Task(created) = response else {
+        panic!("expected a task, got {response:?}");
+    };
+    created.task
+}
+
+/// Polls `tasks/get` until the task ends: the statuses seen on the way and
+/// the tool result it completed with (panics on any other end).
+async fn completed_task(client: &Client, id: &str) -> (Vec<TaskStatus>, Value) {
+    let mut statuses = Vec::new();
+    let finished = loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let task = client
+            .peer()
+            .get_task(GetTaskParams::new(id.to_owned()))
+            .await
+            .unwrap()
+            .task;
+        statuses.push(task.status());
+        if task.status().is_terminal() {
+            break task;
+        }
+        assert!(
+            statuses.len() < 100,
+            "the task never finished: {statuses:?}"
+        );
+    };
+    let TaskPayload::Completed { result } = finished.payload else {
+        panic!("expected completed, got {:?}", finished.payload);
+    };
+    let tool_result: CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    (statuses, result_of(&tool_result))
+}
+
 /// The code-mode result inside a tool result.
 fn result_of(tool_result: &CallToolResult) -> Value {
     tool_result
@@ -147,18 +205,14 @@ async fn a_slow_exec_becomes_a_task_that_completes_and_another_is_cancelled() {
         Some(ProtocolVersion::V_2026_07_28)
     );
 
-    let response = alice
-        .call_tool_once(exec(
-            r#"return (await MCP.slow.sleep({ ms: 1500, tag: "task" })).content[0].text;"#,
-        ))
-        .await
-        .unwrap();
-    let CallToolResponse::Task(created) = response else {
-        panic!("expected a task, got {response:?}");
-    };
-    let task_id = created.task.task_id.clone();
+    let created = start_task(
+        &alice,
+        r#"return (await MCP.slow.sleep({ ms: 1500, tag: "task" })).content[0].text;"#,
+    )
+    .await;
+    let task_id = created.task_id.clone();
     assert!(task_id.starts_with("run_"), "{task_id}");
-    assert_eq!(created.task.status, TaskStatus::Working);
+    assert_eq!(created.status, TaskStatus::Working);
 
     // Another principal does not see it.
     let bob = client(&gateway, BOB, true).await;
@@ -169,44 +223,18 @@ async fn a_slow_exec_becomes_a_task_that_completes_and_another_is_cancelled() {
             .is_err()
     );
 
-    let mut statuses = Vec::new();
-    let finished = loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let task = alice
-            .peer()
-            .get_task(GetTaskParams::new(task_id.clone()))
-            .await
-            .unwrap()
-            .task;
-        statuses.push(task.status());
-        if task.status().is_terminal() {
-            break task;
-        }
-        assert!(
-            statuses.len() < 100,
-            "the task never finished: {statuses:?}"
-        );
-    };
+    let (statuses, model) = completed_task(&alice, &task_id).await;
     assert!(statuses.contains(&TaskStatus::Working), "{statuses:?}");
-    let TaskPayload::Completed { result } = finished.payload else {
-        panic!("expected completed, got {:?}", finished.payload);
-    };
-    let tool_result: CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
-    let model = result_of(&tool_result);
     assert_eq!(model["status"], "completed", "{model}");
     assert_eq!(model["value"], "slept task");
 
     // Cancelling a task aborts its run.
-    let response = alice
-        .call_tool_once(exec(
-            r#"return (await MCP.slow.sleep({ ms: 600000, tag: "cancel-me" })).content[0].text;"#,
-        ))
-        .await
-        .unwrap();
-    let CallToolResponse::Task(created) = response else {
-        panic!("expected a task, got {response:?}");
-    };
-    let id = created.task.task_id.clone();
+    let id = start_task(
+        &alice,
+        r#"return (await MCP.slow.sleep({ ms: 600000, tag: "cancel-me" })).content[0].text;"#,
+    )
+    .await
+    .task_id;
     alice
         .peer()
         .cancel_task(CancelTaskParams::new(id.clone()))
@@ -219,17 +247,8 @@ async fn a_slow_exec_becomes_a_task_that_completes_and_another_is_cancelled() {
         .unwrap();
     assert_eq!(task.task.status(), TaskStatus::Cancelled);
     // The run is gone: a plain wait on it is refused.
-    let waited = alice
-        .call_tool_once(
-            CallToolRequestParams::new("wait")
-                .with_arguments(serde_json::from_value(json!({ "runId": id })).unwrap()),
-        )
-        .await
-        .unwrap();
-    let CallToolResponse::Complete(waited) = waited else {
-        panic!("expected a plain result, got {waited:?}");
-    };
-    assert_eq!(result_of(&waited)["status"], "failed", "{waited:?}");
+    let waited = call_plain(&alice, wait_for(&json!(id))).await;
+    assert_eq!(waited["status"], "failed", "{waited}");
     alice.cancel().await.unwrap();
     bob.cancel().await.unwrap();
 }
@@ -238,31 +257,17 @@ async fn a_slow_exec_becomes_a_task_that_completes_and_another_is_cancelled() {
 async fn a_stateless_client_without_tasks_keeps_waiting_and_wait_across_requests() {
     let gateway = start_gateway();
     let alice = client(&gateway, ALICE, false).await;
-    let response = alice
-        .call_tool_once(exec(
-            r#"return (await MCP.slow.sleep({ ms: 1200, tag: "plain" })).content[0].text;"#,
-        ))
-        .await
-        .unwrap();
-    let CallToolResponse::Complete(started) = response else {
-        panic!("expected a plain result, got {response:?}");
-    };
-    let started = result_of(&started);
+    let started = call_plain(
+        &alice,
+        exec(r#"return (await MCP.slow.sleep({ ms: 1200, tag: "plain" })).content[0].text;"#),
+    )
+    .await;
     assert_eq!(started["status"], "waiting", "{started}");
     // Every request of a stateless client is a new handler on the gateway:
     // the run is found again by its owner (the principal).
     let mut result = started.clone();
     for _ in 0..20 {
-        let waited = alice
-            .call_tool_once(CallToolRequestParams::new("wait").with_arguments(
-                serde_json::from_value(json!({ "runId": started["runId"] })).unwrap(),
-            ))
-            .await
-            .unwrap();
-        let CallToolResponse::Complete(waited) = waited else {
-            panic!("expected a plain result, got {waited:?}");
-        };
-        result = result_of(&waited);
+        result = call_plain(&alice, wait_for(&started["runId"])).await;
         if result["status"] != "waiting" {
             break;
         }
@@ -278,21 +283,13 @@ async fn a_task_waiting_for_an_approval_is_input_required_until_an_operator_deci
     let alice = client(&gateway, ALICE, true).await;
     // A destructive tool needs approval; a 2026 client cannot be asked
     // mid-call, so the call waits for the operator endpoint.
-    let response = alice
-        .call_tool_once(exec(
-            r#"return (await MCP.annotated.drop({ table: "logs" })).content[0].text;"#,
-        ))
-        .await
-        .unwrap();
-    let CallToolResponse::Task(created) = response else {
-        panic!("expected a task, got {response:?}");
-    };
-    let id = created.task.task_id.clone();
-    assert_eq!(
-        created.task.status,
-        TaskStatus::InputRequired,
-        "{created:?}"
-    );
+    let created = start_task(
+        &alice,
+        r#"return (await MCP.annotated.drop({ table: "logs" })).content[0].text;"#,
+    )
+    .await;
+    let id = created.task_id.clone();
+    assert_eq!(created.status, TaskStatus::InputRequired, "{created:?}");
     let task = alice
         .peer()
         .get_task(GetTaskParams::new(id.clone()))
@@ -329,22 +326,32 @@ async fn a_task_waiting_for_an_approval_is_input_required_until_an_operator_deci
         .await
         .unwrap();
     assert!(decided.status().is_success(), "{decided:?}");
-    let finished = loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let task = alice
-            .peer()
-            .get_task(GetTaskParams::new(id.clone()))
-            .await
-            .unwrap()
-            .task;
-        if task.status().is_terminal() {
-            break task;
-        }
-    };
-    let TaskPayload::Completed { result } = finished.payload else {
-        panic!("expected completed, got {:?}", finished.payload);
-    };
-    let tool_result: CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
-    assert_eq!(result_of(&tool_result)["value"], "dropped logs");
+    let (_, model) = completed_task(&alice, &id).await;
+    assert_eq!(model["value"], "dropped logs", "{model}");
+    alice.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_store_stays_unreachable_ends_when_its_run_expires() {
+    let mut redis = codemode_store::testing::RedisServer::start();
+    let gateway = start_gateway_with(
+        json!({ "timeoutMs": 300, "snapshotTtlSeconds": 3 }),
+        Some(redis.url()),
+    );
+    let alice = client(&gateway, ALICE, true).await;
+    let id = start_task(
+        &alice,
+        r#"return (await MCP.slow.sleep({ ms: 600000, tag: "stranded" })).content[0].text;"#,
+    )
+    .await
+    .task_id;
+    // The store goes away for good while the run waits: the task keeps
+    // trying (each `wait` is `runtime_unavailable`) only for the runs' TTL,
+    // then ends as the run does, instead of polling forever.
+    redis.kill();
+    let (statuses, model) = completed_task(&alice, &id).await;
+    assert_eq!(model["status"], "failed", "{model}");
+    assert_eq!(model["code"], "snapshot_expired", "{model}");
+    assert!(statuses.len() > 5, "ended before the TTL: {statuses:?}");
     alice.cancel().await.unwrap();
 }
