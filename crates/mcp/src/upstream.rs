@@ -365,8 +365,11 @@ impl Upstream {
             *lock(&self.last_known) = Some(lock(&connection.snapshot).clone());
             self.status
                 .send_replace(Status::Ready(Arc::clone(&connection)));
-            self.first_attempt.send_replace(true);
+            // The catalog version moves before the first start is reported
+            // done: a session woken by it must not pair the old version (and
+            // a catalog cached without this server) with "all started".
             (self.changed)();
+            self.first_attempt.send_replace(true);
             let stop = connection.stop.clone();
             let mut waiting = Box::pin(running.waiting());
             loop {
@@ -399,8 +402,8 @@ impl Upstream {
             crate::metrics::upstream_restart(&self.config.name);
         }
         self.status.send_replace(Status::Stopped);
-        self.first_attempt.send_replace(true);
         (self.changed)();
+        self.first_attempt.send_replace(true);
     }
 
     async fn mark_down(&self, error: UpstreamError, backoff: &mut Duration) {
@@ -410,8 +413,8 @@ impl Upstream {
             error: error.0,
             retry_at: Instant::now() + *backoff,
         });
-        self.first_attempt.send_replace(true);
         (self.changed)();
+        self.first_attempt.send_replace(true);
         tokio::select! {
             _ = self.shutdown.cancelled() => {}
             _ = tokio::time::sleep(*backoff) => {}

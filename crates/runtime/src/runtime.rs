@@ -345,8 +345,10 @@ impl CodeModeRuntime {
         self.inner.slots.in_use()
     }
 
-    /// Discards every suspended run and cancels their calls (process
-    /// shutdown; the in-memory store is not persisted).
+    /// Process shutdown: running cells stop, and every suspended run's
+    /// local copy is dropped with its calls cancelled. A durable store
+    /// keeps the runs' records (a restart resumes them; the cancelled
+    /// calls are `interrupted` then); without one they are gone.
     pub fn shutdown(&self) {
         // Running cells stop now, not at their timeouts.
         let scopes = self.live_scopes();
