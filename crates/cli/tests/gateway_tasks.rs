@@ -160,18 +160,23 @@ async fn start_task(client: &Client, code: &str) -> rmcp::model::Task {
     created.task
 }
 
+/// `tasks/get` of `id` by `client`.
+async fn get_task(client: &Client, id: &str) -> rmcp::model::DetailedTask {
+    client
+        .peer()
+        .get_task(GetTaskParams::new(id.to_owned()))
+        .await
+        .unwrap()
+        .task
+}
+
 /// Polls `tasks/get` until the task ends: the statuses seen on the way and
 /// the tool result it completed with (panics on any other end).
 async fn completed_task(client: &Client, id: &str) -> (Vec<TaskStatus>, Value) {
     let mut statuses = Vec::new();
     let finished = loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let task = client
-            .peer()
-            .get_task(GetTaskParams::new(id.to_owned()))
-            .await
-            .unwrap()
-            .task;
+        let task = get_task(client, id).await;
         statuses.push(task.status());
         if task.status().is_terminal() {
             break task;
@@ -240,12 +245,8 @@ async fn a_slow_exec_becomes_a_task_that_completes_and_another_is_cancelled() {
         .cancel_task(CancelTaskParams::new(id.clone()))
         .await
         .unwrap();
-    let task = alice
-        .peer()
-        .get_task(GetTaskParams::new(id.clone()))
-        .await
-        .unwrap();
-    assert_eq!(task.task.status(), TaskStatus::Cancelled);
+    let task = get_task(&alice, &id).await;
+    assert_eq!(task.status(), TaskStatus::Cancelled);
     // The run is gone: a plain wait on it is refused.
     let waited = call_plain(&alice, wait_for(&json!(id))).await;
     assert_eq!(waited["status"], "failed", "{waited}");
@@ -290,12 +291,7 @@ async fn a_task_waiting_for_an_approval_is_input_required_until_an_operator_deci
     .await;
     let id = created.task_id.clone();
     assert_eq!(created.status, TaskStatus::InputRequired, "{created:?}");
-    let task = alice
-        .peer()
-        .get_task(GetTaskParams::new(id.clone()))
-        .await
-        .unwrap()
-        .task;
+    let task = get_task(&alice, &id).await;
     assert_eq!(task.status(), TaskStatus::InputRequired);
     assert!(
         task.task

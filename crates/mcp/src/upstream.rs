@@ -979,4 +979,41 @@ mod tests {
         assert_eq!(names, ["good", "also_good"]);
         assert_eq!(next.as_deref(), Some("page2"));
     }
+
+    /// A session that `started()` wakes reads the catalog version next: if
+    /// the version moved only after the first start was reported done, the
+    /// session could pair the old version (and a catalog cached without
+    /// this server) with "every server started" and miss the server for a
+    /// cell. So when `changed` first fires, the first start is not yet
+    /// reported.
+    #[tokio::test]
+    async fn the_catalog_version_moves_before_the_first_start_is_reported() {
+        let (config, _) = crate::config::parse_config(
+            r#"{ mcpServers: { gone: { command: "/nonexistent/codemode-test-server" } } }"#,
+            &|_| None,
+        )
+        .expect("config");
+        let server = config.servers.into_iter().next().expect("one server");
+        let upstream_cell: Arc<std::sync::OnceLock<std::sync::Weak<Upstream>>> = Arc::default();
+        let reported_at_change: Arc<Mutex<Vec<bool>>> = Arc::default();
+        let changed: Arc<dyn Fn() + Send + Sync> = {
+            let upstream_cell = Arc::clone(&upstream_cell);
+            let reported_at_change = Arc::clone(&reported_at_change);
+            Arc::new(move || {
+                if let Some(upstream) = upstream_cell.get().and_then(std::sync::Weak::upgrade) {
+                    let reported = *upstream.first_attempt.borrow();
+                    lock(&reported_at_change).push(reported);
+                }
+            })
+        };
+        let shutdown = CancellationToken::new();
+        // A current-thread runtime: the supervisor runs only once this
+        // test awaits, after the cell is set.
+        let upstream = Upstream::start(server, changed, shutdown.clone(), Arc::default());
+        assert!(upstream_cell.set(Arc::downgrade(&upstream)).is_ok());
+        upstream.started(Duration::from_secs(30)).await;
+        shutdown.cancel();
+        assert!(upstream.down_reason().is_some(), "the server cannot start");
+        assert_eq!(lock(&reported_at_change).first(), Some(&false));
+    }
 }
