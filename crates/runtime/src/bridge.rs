@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use codemode_sandbox::{HostRequest, Settlement};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::calls::{CallInfo, Finished, json_len};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
@@ -111,13 +111,14 @@ pub(crate) fn handle_request(
         // Counted once the method is known, even when its params are
         // refused: the telemetry counts what the cell asked for.
         match method {
-            Method::Search => state.info.search_count += 1,
+            Method::Search | Method::ApiSearch => state.info.search_count += 1,
             Method::Describe => state.info.describe_count += 1,
             Method::McpApi | Method::ApiList | Method::ApiRead => state.info.api_count += 1,
             Method::Yield
             | Method::Call
             | Method::McpCall
             | Method::McpRequest
+            | Method::McpMissing
             | Method::NsCall
             | Method::Progress
             | Method::HandleText
@@ -202,6 +203,21 @@ pub(crate) fn handle_request(
             }
         }
         BridgeRequest::ApiList { prefix } => api_list(state, prefix.as_deref()),
+        BridgeRequest::ApiSearch {
+            query,
+            limit,
+            server,
+        } => api_search(state, &query, limit, server.as_deref()),
+        BridgeRequest::McpMissing { server, tool } => {
+            let namespace = state.catalog.mcp();
+            let message = match (namespace.server(&server), tool) {
+                (Some(view), Some(tool)) => {
+                    view.unknown_tool_message(&tool, namespace.servers())
+                }
+                _ => namespace.unknown_server_message(&server),
+            };
+            Settlement::reject_with_code(message, ErrorCode::NestedToolFailed.as_str())
+        }
         BridgeRequest::ApiRead { path, range } => api_read(state, &path, range),
     };
     ready.push_back((id, reply));
@@ -561,6 +577,27 @@ fn mcp_api(
         Err(e) => return bad_request(e.message(&server.js_name)),
     };
     Settlement::Resolve(crate::declarations::api_header(server, tool, schema))
+}
+
+/// `API.search(query, { limit?, server? })`: ranked MCP tools, each with
+/// what it takes to call it.
+fn api_search(state: &RunState, query: &str, limit: usize, server: Option<&str>) -> Settlement {
+    match state.catalog.search_mcp(query, limit, server) {
+        Ok(hits) => Settlement::Resolve(Value::Array(
+            hits.into_iter()
+                .map(|(server, tool)| {
+                    json!({
+                        "server": server.js_name,
+                        "tool": tool.entry.name,
+                        "path": format!("MCP.{}.{}", server.js_name, tool.js_name),
+                        "description": crate::declarations::summary_line(&tool.entry.description, 200),
+                        "signature": crate::declarations::short_signature(tool),
+                    })
+                })
+                .collect(),
+        )),
+        Err(message) => bad_request(format!("API.search: {message}")),
+    }
 }
 
 fn api_list(state: &RunState, prefix: Option<&str>) -> Settlement {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::declarations::ApiFiles;
-use crate::mcp::{McpNamespace, McpServerInfo};
+use crate::mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView};
 
 /// Where a tool comes from; the first part of its catalog id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -375,6 +375,13 @@ pub struct Catalog {
     mcp: McpNamespace,
     /// Rendered on the first `API.*` / `$api` request of any run.
     api_files: OnceLock<ApiFiles>,
+    /// The ranker over guest-visible entries (positions in `entries`),
+    /// built on the first `tools.search` of any run: its term statistics
+    /// belong to this catalog version, not to a query.
+    guest_index: OnceLock<(codemode_search::Index, Vec<usize>)>,
+    /// The ranker over MCP tools (`(server, tool)` positions in the `MCP`
+    /// namespace), built on the first `API.search`.
+    mcp_index: OnceLock<(codemode_search::Index, Vec<(usize, usize)>)>,
     guest_context: String,
 }
 
@@ -507,6 +514,8 @@ impl Catalog {
             excluded,
             mcp,
             api_files: OnceLock::new(),
+            guest_index: OnceLock::new(),
+            mcp_index: OnceLock::new(),
             guest_context,
         })
     }
@@ -574,29 +583,74 @@ impl Catalog {
         &self.guest_context
     }
 
-    /// Ranked guest-visible hits for `query` (at most `limit`).
-    ///
-    /// The whole query matched as an exact name or id ranks first, then as a
-    /// substring of the name, id, label, description, in that order; entries
-    /// matching only some of the query's words come after, by how much they
-    /// match. Ties go by id.
+    /// Ranked guest-visible hits for `query` (at most `limit`), by
+    /// [`codemode_search`]: whole words of the name (split at case and
+    /// separators), label, description, parameter names and owner,
+    /// weighted per field with BM25-style saturation and this catalog's
+    /// word rarity; an exact name or id first. Ties go by catalog order.
     pub fn search(&self, query: &str, limit: usize) -> Vec<&Arc<CatalogEntry>> {
-        let q = query.trim().to_lowercase();
-        let words: Vec<&str> = q
-            .split(|c: char| c.is_whitespace() || matches!(c, '_' | '-' | ':' | '.' | '/'))
-            .filter(|w| !w.is_empty())
-            .collect();
-        let mut hits: Vec<(u32, &Arc<CatalogEntry>)> = self
-            .entries
-            .iter()
-            .filter(|e| e.guest_visible())
-            .filter_map(|e| {
-                let score = score(e, &q, &words);
-                (score > 0).then_some((score, e))
-            })
-            .collect();
-        hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
-        hits.into_iter().take(limit).map(|(_, e)| e).collect()
+        let (index, positions) = self.guest_index.get_or_init(|| {
+            let positions: Vec<usize> = (0..self.entries.len())
+                .filter(|&i| self.entries[i].guest_visible())
+                .collect();
+            let index = codemode_search::Index::build(
+                positions
+                    .iter()
+                    .map(|&i| search_document(&self.entries[i], &self.entries[i].source_name)),
+            );
+            (index, positions)
+        });
+        index
+            .search(query, limit)
+            .into_iter()
+            .filter_map(|hit| positions.get(hit.doc).map(|&i| &self.entries[i]))
+            .collect()
+    }
+
+    /// Ranked MCP tools for `API.search` (at most `limit`), optionally on
+    /// one server (its JavaScript or MCP name), by the same ranker as
+    /// [`Catalog::search`].
+    ///
+    /// # Errors
+    /// A message for the model when `server` names no visible server.
+    pub(crate) fn search_mcp(
+        &self,
+        query: &str,
+        limit: usize,
+        server: Option<&str>,
+    ) -> Result<Vec<(&McpServerView, &McpToolView)>, String> {
+        let servers = self.mcp.servers();
+        let only = match server {
+            None => None,
+            Some(name) => Some(
+                servers
+                    .iter()
+                    .position(|s| s.js_name == name || s.info.name == name)
+                    .ok_or_else(|| self.mcp.unknown_server_message(name))?,
+            ),
+        };
+        let (index, positions) = self.mcp_index.get_or_init(|| {
+            let positions: Vec<(usize, usize)> = servers
+                .iter()
+                .enumerate()
+                .flat_map(|(s, server)| (0..server.tools.len()).map(move |t| (s, t)))
+                .collect();
+            let index = codemode_search::Index::build(positions.iter().map(|&(s, t)| {
+                search_document(&servers[s].tools[t].entry, &servers[s].info.name)
+            }));
+            (index, positions)
+        });
+        // The server filter applies after ranking, so scores (and rarity)
+        // stay those of the whole catalog.
+        let wanted = if only.is_some() { index.len() } else { limit };
+        Ok(index
+            .search(query, wanted)
+            .into_iter()
+            .filter_map(|hit| positions.get(hit.doc).copied())
+            .filter(|&(s, _)| only.is_none_or(|o| o == s))
+            .take(limit)
+            .map(|(s, t)| (&servers[s], &servers[s].tools[t]))
+            .collect())
     }
 
     /// The guest-visible entry for an id or a unique name.
@@ -715,60 +769,28 @@ fn mcp_message(entry: &CatalogEntry) -> String {
     )
 }
 
-fn score(e: &CatalogEntry, q: &str, words: &[&str]) -> u32 {
-    if q.is_empty() {
-        return 0;
+/// What the ranker sees of an entry: its name, id, label, description,
+/// the names of its input's top-level keys and its owner.
+fn search_document<'a>(entry: &'a CatalogEntry, owner: &'a str) -> codemode_search::Document<'a> {
+    codemode_search::Document {
+        name: &entry.name,
+        id: &entry.id,
+        title: entry.label.as_deref(),
+        description: &entry.description,
+        parameters: entry
+            .parameters
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default(),
+        owner,
     }
-    let name = e.name.to_lowercase();
-    let id = e.id.to_lowercase();
-    let label = e.label.as_deref().unwrap_or("").to_lowercase();
-    let description = e.description.to_lowercase();
-    if name == q || id == q {
-        return 1000;
-    }
-    if name.contains(q) {
-        return 800;
-    }
-    if id.contains(q) {
-        return 600;
-    }
-    if label.contains(q) {
-        return 400;
-    }
-    if description.contains(q) {
-        return 200;
-    }
-    // Word matches: always below any whole-query match (at most 150).
-    // Coverage (how many words match anywhere) counts first, then where.
-    if words.is_empty() {
-        return 0;
-    }
-    let tiers: Vec<u32> = words
-        .iter()
-        .map(|w| {
-            if name.contains(w) {
-                8
-            } else if id.contains(w) {
-                6
-            } else if label.contains(w) {
-                4
-            } else if description.contains(w) {
-                2
-            } else {
-                0
-            }
-        })
-        .collect();
-    let n = words.len() as u32;
-    let matched = tiers.iter().filter(|&&t| t > 0).count() as u32;
-    let sum: u32 = tiers.iter().sum();
-    matched * 100 / n + sum * 50 / (8 * n)
 }
 
 /// Longer asked-for ids get no suggestions.
 const MAX_SUGGEST_BYTES: usize = 256;
 
-fn levenshtein(a: &str, b: &str) -> usize {
+pub(crate) fn levenshtein(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

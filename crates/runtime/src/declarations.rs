@@ -434,6 +434,77 @@ fn result_type(tool: &McpToolView) -> String {
     }
 }
 
+/// Signatures in `API.search` hits are cut at this many characters.
+const MAX_SIGNATURE_CHARS: usize = 200;
+
+/// A one-line signature for search hits: `deleteNote({ id: string,
+/// force?: boolean })`, top-level keys with shallow types only (the full
+/// types are `$api()`'s and `API.read`'s).
+pub(crate) fn short_signature(tool: &McpToolView) -> String {
+    let schema = input_schema(&tool.entry.parameters);
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let keys: Vec<String> = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| {
+            properties
+                .iter()
+                .map(|(key, property)| {
+                    let optional = if required.contains(&key.as_str()) { "" } else { "?" };
+                    format!("{}{optional}: {}", property_key(key), shallow_type(property))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let input = if keys.is_empty() {
+        String::new()
+    } else {
+        format!("{{ {} }}", keys.join(", "))
+    };
+    truncate(&format!("{}({input})", tool.js_name), MAX_SIGNATURE_CHARS)
+}
+
+/// A property's type without descending: `string`, `number`, `"a" | "b"`,
+/// `string[]`, `object`, else `unknown`.
+fn shallow_type(property: &Value) -> String {
+    if let Some(Value::Array(values)) = property.get("enum")
+        && !values.is_empty()
+        && values.len() <= 4
+    {
+        return values.iter().map(literal).collect::<Vec<_>>().join(" | ");
+    }
+    let simple = |t: &str| match t {
+        "string" | "boolean" | "null" | "object" => t.to_owned(),
+        "number" | "integer" => "number".to_owned(),
+        "array" => match property.get("items").and_then(|i| i.get("type")).and_then(Value::as_str) {
+            Some(item @ ("string" | "boolean" | "object")) => format!("{item}[]"),
+            Some("number" | "integer") => "number[]".to_owned(),
+            _ => "unknown[]".to_owned(),
+        },
+        _ => "unknown".to_owned(),
+    };
+    match property.get("type") {
+        Some(Value::String(t)) => simple(t),
+        Some(Value::Array(types)) => types
+            .iter()
+            .filter_map(Value::as_str)
+            .map(simple)
+            .collect::<Vec<_>>()
+            .join(" | "),
+        _ => "unknown".to_owned(),
+    }
+}
+
+/// The first sentence or line of a description, at most `max` characters.
+pub(crate) fn summary_line(description: &str, max: usize) -> String {
+    let line = description.trim().lines().next().unwrap_or("");
+    truncate(&one_line(line), max)
+}
+
 fn has_required(schema: &Value) -> bool {
     schema
         .get("required")

@@ -63,7 +63,10 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
         Ok(_) if session.scope.is_aborted() => aborted_failure(),
         Ok(input) => {
             info.language = Some(input.language);
-            let prepared = match prepare(&input) {
+            let catalog = session.catalog();
+            let prepared = match prepare(&input)
+                .and_then(|prepared| prepared.check_names(&catalog).map(|()| prepared))
+            {
                 Ok(prepared) => prepared,
                 Err(refused) => {
                     let failed = CodeModeResult::Failed {

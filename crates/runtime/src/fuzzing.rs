@@ -37,6 +37,29 @@ pub fn prepare(code: &str, typescript: bool) -> Result<String, String> {
         .map_err(|refused| refused.message)
 }
 
+/// [`prepare`] plus the pre-run name check against `catalog`, exactly as
+/// `exec` runs them (for the check's fuzzing and its bench).
+///
+/// # Errors
+/// The refusal's message.
+pub fn prepare_and_check_names(
+    code: &str,
+    typescript: bool,
+    catalog: &Catalog,
+) -> Result<String, String> {
+    let input = ExecInput {
+        code: code.to_owned(),
+        language: if typescript {
+            Language::TypeScript
+        } else {
+            Language::JavaScript
+        },
+    };
+    crate::prepare::prepare(&input)
+        .and_then(|cell| cell.check_names(catalog).map(|()| cell.code))
+        .map_err(|refused| refused.message)
+}
+
 /// The catalog forged requests are tried against (the bridge's unit tests
 /// use it too): a core tool, a plugin tool (behind the fuzzer's `Files`
 /// namespace), an MCP tool with a schema, and an MCP tool the policy

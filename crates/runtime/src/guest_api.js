@@ -26,6 +26,8 @@
   const parseJson = JSON.parse;
   const WeakSetCtor = WeakSet;
   const promiseThen = Promise.prototype.then;
+  const ProxyCtor = Proxy;
+  const hasOwn = Object.prototype.hasOwnProperty;
 
   function yield_control(reason) {
     const r = reason === undefined ? null : StringCtor(reason);
@@ -215,7 +217,49 @@
       prompts.get = named("get", mcpRequest(serverName, "prompts.get", prefix + ".prompts.get", "{ name: \"...\", arguments: { ... } }"));
       server.prompts = freeze(prompts);
     }
-    return freeze(server);
+    return guardedServer(serverName, freeze(server));
+  }
+
+  // ---- names the run does not have -----------------------------------------
+  // `MCP.<server>.<tool>` of a tool (or server) the run does not have is a
+  // placeholder function whose call rejects with a coded error naming the
+  // nearest names (answered by the host from the run's catalog), instead
+  // of a bare "not a function". `"name" in MCP` and `Object.keys` still
+  // show only what exists. Names the engine and common idioms probe on any
+  // object (`then`, `toJSON`, symbols, ...) stay undefined.
+  const PROBES = createObject(null);
+  const probeNames = ["then", "catch", "finally", "toJSON", "constructor", "prototype", "__proto__",
+    "toString", "toLocaleString", "valueOf", "inspect", "hasOwnProperty", "isPrototypeOf",
+    "propertyIsEnumerable", "$$typeof", "asymmetricMatch", "nodeType", "tagName", "length", "name",
+    "call", "apply", "bind", "default", "__esModule"];
+  for (let i = 0; i < probeNames.length; i++) PROBES[probeNames[i]] = true;
+  freeze(PROBES);
+  function isProbe(key) {
+    return typeof key !== "string" || PROBES[key] === true;
+  }
+  function missingCall(serverName, toolName) {
+    return named(toolName, function () {
+      return hostRequest("mcp.missing", { server: serverName, tool: toolName });
+    });
+  }
+  function guardedServer(serverName, server) {
+    return new ProxyCtor(server, freeze({
+      get: function (target, key) {
+        if (hasOwn.call(target, key) || isProbe(key)) return target[key];
+        return missingCall(serverName, key);
+      },
+    }));
+  }
+  function missingServer(serverName) {
+    return guardedServer(serverName, freeze(createObject(null)));
+  }
+  function guardedRoot(mcp) {
+    return new ProxyCtor(mcp, freeze({
+      get: function (target, key) {
+        if (hasOwn.call(target, key) || isProbe(key)) return target[key];
+        return missingServer(key);
+      },
+    }));
   }
 
   // ---- plugin namespaces ---------------------------------------------------
@@ -271,7 +315,7 @@
     const mcp = createObject(null);
     const servers = valid && isArray(ctx.mcp) ? ctx.mcp : [];
     for (let i = 0; i < servers.length; i++) mcp[servers[i][0]] = mcpServer(servers[i]);
-    defineGlobal("MCP", freeze(mcp));
+    defineGlobal("MCP", guardedRoot(freeze(mcp)));
     const spaces = createObject(null);
     const visible = valid && isArray(ctx.namespaces) ? ctx.namespaces : [];
     for (let i = 0; i < visible.length; i++) {
@@ -294,6 +338,11 @@
       path: path === undefined ? null : path,
       options: options === undefined ? null : options,
     });
+  });
+  // API.search(query, { limit?, server? }): ranked MCP tools across the
+  // run's servers, each with its call path and a short signature.
+  api.search = named("search", function (query, options) {
+    return hostRequest("api.search", { query: query, options: options === undefined ? null : options });
   });
   defineGlobal("API", freeze(api));
 

@@ -45,6 +45,11 @@ pub(crate) enum Method {
     ApiList,
     /// `API.read(path, options?)`.
     ApiRead,
+    /// `API.search(query, options?)`: ranked MCP tools across servers.
+    ApiSearch,
+    /// A call of `MCP.<server>.<tool>` the run does not have (reached
+    /// dynamically): answered with a coded rejection and the nearest names.
+    McpMissing,
     /// `<Namespace>.<path>(...args)`: a plugin namespace's callable.
     NsCall,
     /// `progress(value, total?, message?)`.
@@ -59,7 +64,7 @@ pub(crate) enum Method {
 
 impl Method {
     /// Every method, in the order of the guest API.
-    pub(crate) const ALL: [Method; 14] = [
+    pub(crate) const ALL: [Method; 16] = [
         Method::Yield,
         Method::Search,
         Method::Describe,
@@ -69,6 +74,8 @@ impl Method {
         Method::McpApi,
         Method::ApiList,
         Method::ApiRead,
+        Method::ApiSearch,
+        Method::McpMissing,
         Method::NsCall,
         Method::Progress,
         Method::HandleText,
@@ -88,6 +95,8 @@ impl Method {
             Method::McpApi => "mcp.api",
             Method::ApiList => "api.list",
             Method::ApiRead => "api.read",
+            Method::ApiSearch => "api.search",
+            Method::McpMissing => "mcp.missing",
             Method::NsCall => "ns.call",
             Method::Progress => "progress",
             Method::HandleText => "handle.text",

@@ -78,6 +78,7 @@ mod mcp;
 pub mod namespaces;
 mod outcome;
 mod payload;
+mod precheck;
 mod prepare;
 pub mod progress;
 mod request;

@@ -11,7 +11,9 @@
 
 use std::sync::Arc;
 
-use codemode_transform::{Dialect, MAX_NESTING_DEPTH, Transformed};
+use codemode_transform::{CellReferences, Dialect, MAX_NESTING_DEPTH, Transformed};
+
+use crate::precheck::WATCHED_GLOBALS;
 
 use crate::config::Language;
 use crate::input::ExecInput;
@@ -34,6 +36,28 @@ pub(crate) struct PreparedCell {
     pub(crate) code: String,
     /// For TypeScript cells: maps positions in `code` back to the source.
     pub(crate) source_map: Option<Arc<Transformed>>,
+    /// What `code` names statically of `MCP` and `tools`, for the pre-run
+    /// name check ([`crate::precheck`]).
+    pub(crate) references: CellReferences,
+}
+
+impl PreparedCell {
+    /// The pre-run name check against the run's catalog: `Err` with the
+    /// refusal (`invalid_input`) when the cell provably names something
+    /// the run does not have.
+    pub(crate) fn check_names(&self, catalog: &crate::catalog::Catalog) -> Result<(), Refused> {
+        let problems = crate::precheck::problems(&self.references, catalog);
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let message = crate::precheck::refusal(&problems, |line, column| {
+            match &self.source_map {
+                Some(map) => map.original_position(line, column),
+                None => (line, column),
+            }
+        });
+        Err(Refused::new(ErrorCode::InvalidInput, message))
+    }
 }
 
 /// Why a cell was refused before running.
@@ -89,17 +113,24 @@ fn check_and_transform(code: &str, language: Language) -> Result<PreparedCell, R
         .map_err(|e| Refused::new(ErrorCode::ModuleAccessDenied, e.to_string()))?;
     match language {
         Language::JavaScript => {
-            codemode_transform::check_cell_body(code).map_err(|e| Refused {
-                code: None,
-                message: e.to_string(),
-            })?;
+            let references =
+                codemode_transform::check_cell_body_with_references(code, &WATCHED_GLOBALS)
+                    .map_err(|e| Refused {
+                        code: None,
+                        message: e.to_string(),
+                    })?;
             Ok(PreparedCell {
                 code: code.to_owned(),
                 source_map: None,
+                references,
             })
         }
         Language::TypeScript => match codemode_transform::transform_typescript(code) {
             Ok(transformed) => Ok(PreparedCell {
+                references: codemode_transform::cell_references(
+                    &transformed.code,
+                    &WATCHED_GLOBALS,
+                ),
                 code: transformed.code.clone(),
                 source_map: Some(Arc::new(transformed)),
             }),

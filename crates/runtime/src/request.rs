@@ -129,6 +129,22 @@ pub(crate) enum BridgeRequest {
     HandleJson { id: u64 },
     /// `API.list(prefix?)`.
     ApiList { prefix: Option<String> },
+    /// `API.search(query, options?)`: like [`BridgeRequest::Search`], over
+    /// the run's MCP tools, optionally on one server (its JavaScript or
+    /// MCP name).
+    ApiSearch {
+        query: String,
+        limit: usize,
+        server: Option<String>,
+    },
+    /// `MCP.<server>.<tool>(...)` of a name the run does not have.
+    McpMissing {
+        /// The server's JavaScript name as the cell wrote it.
+        server: String,
+        /// The tool's name as the cell wrote it (`None`: the server
+        /// itself is unknown).
+        tool: Option<String>,
+    },
     /// `API.read(path, options?)`.
     ApiRead {
         path: String,
@@ -272,7 +288,22 @@ impl BridgeRequest {
     ) -> Result<BridgeRequest, Refusal> {
         Ok(match method {
             Method::Yield => BridgeRequest::Yield,
-            Method::Search => search(params, config)?,
+            Method::Search => {
+                let (query, limit, _) = search(params, config, "tools.search", false)?;
+                BridgeRequest::Search { query, limit }
+            }
+            Method::ApiSearch => {
+                let (query, limit, server) = search(params, config, "API.search", true)?;
+                BridgeRequest::ApiSearch {
+                    query,
+                    limit,
+                    server,
+                }
+            }
+            Method::McpMissing => BridgeRequest::McpMissing {
+                server: server_name(params),
+                tool: params.get("tool").and_then(Value::as_str).map(str::to_owned),
+            },
             Method::Describe => match params.get("id") {
                 Some(Value::String(id)) => BridgeRequest::Describe { id: id.clone() },
                 _ => {
@@ -471,32 +502,54 @@ fn optional_string<'a>(
     }
 }
 
-fn search(params: &Map<String, Value>, config: &CodeModeConfig) -> Result<BridgeRequest, Refusal> {
+/// `tools.search` / `API.search`: the query, the limit and (for
+/// `API.search`, `allow_server`) the `server` option.
+fn search(
+    params: &Map<String, Value>,
+    config: &CodeModeConfig,
+    usage: &str,
+    allow_server: bool,
+) -> Result<(String, usize, Option<String>), Refusal> {
     let query = match params.get("query") {
         Some(Value::String(q)) if !q.trim().is_empty() && q.len() <= MAX_NAME_BYTES => q,
         Some(Value::String(q)) if q.len() > MAX_NAME_BYTES => {
-            return Err(Refusal::bad_request(
-                "tools.search: the query is longer than 1024 bytes; use a few keywords",
-            ));
+            return Err(Refusal::bad_request(format!(
+                "{usage}: the query is longer than 1024 bytes; use a few keywords"
+            )));
         }
         Some(Value::String(_)) => {
-            return Err(Refusal::bad_request(
-                "tools.search: the query is empty; pass keywords, or read ALL_TOOLS for the whole catalog",
-            ));
+            return Err(Refusal::bad_request(if allow_server {
+                format!(
+                    "{usage}: the query is empty; pass keywords, or read API.list(\"mcp\") for every server"
+                )
+            } else {
+                format!(
+                    "{usage}: the query is empty; pass keywords, or read ALL_TOOLS for the whole catalog"
+                )
+            }));
         }
         _ => {
-            return Err(Refusal::bad_request(
-                "tools.search(query, options?): query must be a string of keywords",
-            ));
+            return Err(Refusal::bad_request(format!(
+                "{usage}(query, options?): query must be a string of keywords"
+            )));
         }
     };
+    let options_hint = if allow_server {
+        "the options are `limit` and `server`"
+    } else {
+        "the only option is `limit`"
+    };
     let mut limit = config.search_default_limit.min(config.max_search_limit) as usize;
+    let mut server = None;
     match params.get("options") {
         None | Some(Value::Null) => {}
         Some(Value::Object(options)) => {
-            if let Some(key) = options.keys().find(|k| k.as_str() != "limit") {
+            if let Some(key) = options
+                .keys()
+                .find(|k| k.as_str() != "limit" && !(allow_server && k.as_str() == "server"))
+            {
                 return Err(Refusal::bad_request(format!(
-                    "tools.search: unknown option `{key}`; the only option is `limit`"
+                    "{usage}: unknown option `{key}`; {options_hint}"
                 )));
             }
             if let Some(v) = options.get("limit") {
@@ -507,23 +560,31 @@ fn search(params: &Map<String, Value>, config: &CodeModeConfig) -> Result<Bridge
                     Some(n) => limit = n as usize,
                     None => {
                         return Err(Refusal::bad_request(format!(
-                            "tools.search: options.limit must be an integer from 1 to {} (maxSearchLimit), got {v}",
+                            "{usage}: options.limit must be an integer from 1 to {} (maxSearchLimit), got {v}",
                             config.max_search_limit
                         )));
                     }
                 }
             }
+            match options.get("server") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(name)) if name.len() <= MAX_NAME_BYTES => {
+                    server = Some(name.clone());
+                }
+                Some(_) => {
+                    return Err(Refusal::bad_request(format!(
+                        "{usage}: options.server must be a server's name (a short string), as in MCP.<server>"
+                    )));
+                }
+            }
         }
         Some(_) => {
-            return Err(Refusal::bad_request(
-                "tools.search: options must be an object like { limit: 5 }",
-            ));
+            return Err(Refusal::bad_request(format!(
+                "{usage}: options must be an object like {{ limit: 5 }}"
+            )));
         }
     }
-    Ok(BridgeRequest::Search {
-        query: query.clone(),
-        limit,
-    })
+    Ok((query.clone(), limit, server))
 }
 
 /// The params of an MCP resource or prompt request: only the checked keys

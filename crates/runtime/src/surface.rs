@@ -65,6 +65,8 @@ pub(crate) fn model_tools_with(
 /// Bytes of the exec description spent on MCP server names at most: the
 /// model-visible tool list stays small whatever the upstream catalog.
 const MAX_SERVER_LIST_BYTES: usize = 1200;
+/// With more servers than this, the list names them without tool counts.
+const COMPACT_SERVER_LIST_FROM: usize = 24;
 
 fn exec_description(config: &CodeModeConfig, catalog: &Catalog, namespaces: &str) -> String {
     let mut sources: Vec<String> = catalog
@@ -85,7 +87,7 @@ fn exec_description(config: &CodeModeConfig, catalog: &Catalog, namespaces: &str
         "Run a small JavaScript{ts} program in a sandbox (no filesystem, network, modules or \
          environment) that finds and calls this run's tools. Globals: \
          ALL_TOOLS (array of {{id, name, description, source}}; catalog: {}); \
-         await tools.search(query, {{limit}}) ranks tools; \
+         await tools.search(query, {{limit}}) ranks those tools; \
          await tools.describe(id) returns an entry with its JSON-schema `parameters`; \
          await tools.call(id, input) calls a tool (tools.<name>(input) for unambiguous names); \
          text(value) and json(value) add output; await yield_control(reason) pauses. ",
@@ -94,15 +96,30 @@ fn exec_description(config: &CodeModeConfig, catalog: &Catalog, namespaces: &str
     let servers = catalog.mcp().servers();
     if !servers.is_empty() {
         text.push_str(
-            "MCP servers are called as await MCP.<server>.<tool>({ ...input }) with one object \
-             argument; each call resolves to the raw MCP result {content, structuredContent?, isError?}. \
-             Read the typed signatures first: await API.list(\"mcp\") lists the declaration files, \
-             await API.read(\"mcp/<server>.d.ts\") returns one (MCP.<server>.$api(toolName?) gives the same inline). \
-             Visible MCP servers: ",
+            "MCP tools are not in ALL_TOOLS or tools.search: find them with \
+             await API.search(query, {limit, server}), which ranks MCP tools across all servers and returns \
+             {server, tool, path, description, signature} per hit; call them as \
+             await MCP.<server>.<tool>({ ...input }) with one object argument (the path of a hit); \
+             each call resolves to the raw MCP result {content, structuredContent?, isError?}. \
+             Typed signatures: await API.read(\"mcp/<server>.d.ts\") or MCP.<server>.$api(toolName?). \
+             MCP servers: ",
         );
         let mut listed = String::new();
         let mut shown = 0;
+        // Many servers: names only, so more of them fit.
+        let compact = servers.len() > COMPACT_SERVER_LIST_FROM;
         for server in servers {
+            if compact {
+                if listed.len() + server.js_name.len() + 2 > MAX_SERVER_LIST_BYTES {
+                    break;
+                }
+                if !listed.is_empty() {
+                    listed.push_str(", ");
+                }
+                listed.push_str(&server.js_name);
+                shown += 1;
+                continue;
+            }
             let mut item = format!("{} ({} tools", server.js_name, server.tools.len());
             if server.info.resources {
                 item.push_str(", resources");
@@ -122,7 +139,7 @@ fn exec_description(config: &CodeModeConfig, catalog: &Catalog, namespaces: &str
         }
         if shown < servers.len() {
             listed.push_str(&format!(
-                " and {} more (see API.list(\"mcp\"))",
+                " and {} more; API.search finds tools across all servers",
                 servers.len() - shown
             ));
         }
@@ -265,9 +282,11 @@ mod tests {
         let config = CodeModeConfig::default();
         let listed = serde_json::to_string(&model_tools(&config, &catalog)).unwrap();
         assert!(listed.len() < 4096, "{} bytes", listed.len());
-        assert!(listed.contains("serverNumber0 (25 tools)"), "{listed}");
+        // 500 servers: names only, as many as fit, then a pointer to the
+        // search that sees them all.
+        assert!(listed.contains("MCP servers: serverNumber0, serverNumber1,"), "{listed}");
         assert!(
-            listed.contains("more (see API.list(\\\"mcp\\\"))"),
+            listed.contains("more; API.search finds tools across all servers"),
             "{listed}"
         );
         let names: Vec<&str> = model_tools(&config, &catalog)

@@ -45,6 +45,40 @@ pub struct CellSyntaxError {
 /// assert!(check_cell_body("}); globalThis.x = 1; (async function () {").is_err());
 /// ```
 pub fn check_cell_body(source: &str) -> Result<(), CellSyntaxError> {
+    with_cell_body(source, |_, _| ())
+}
+
+/// Checks a JavaScript cell as [`check_cell_body`] does and, on the same
+/// parse, collects what it names of the `watched` globals
+/// ([`crate::CellReferences`]), so the pre-run name check costs no
+/// second parse.
+///
+/// # Errors
+/// As [`check_cell_body`].
+///
+/// ```
+/// use codemode_transform::check_cell_body_with_references;
+/// let refs = check_cell_body_with_references("await MCP.notes.deleteNote({ id: 1 })", &["MCP"]).unwrap();
+/// assert_eq!(refs.uses[0].path, ["notes", "deleteNote"]);
+/// ```
+pub fn check_cell_body_with_references(
+    source: &str,
+    watched: &[&str],
+) -> Result<crate::CellReferences, CellSyntaxError> {
+    if !crate::references::mentions_any(source, watched) {
+        return check_cell_body(source).map(|()| crate::CellReferences::default());
+    }
+    with_cell_body(source, |program, wrapped| {
+        crate::references::collect(program, wrapped, CELL_PREFIX.len(), watched)
+    })
+}
+
+/// Parses the wrapped cell, checks that it is one function body, and hands
+/// the parse to `then`.
+fn with_cell_body<R>(
+    source: &str,
+    then: impl FnOnce(&oxc_ast::ast::Program<'_>, &str) -> R,
+) -> Result<R, CellSyntaxError> {
     let wrapped = format!("{CELL_PREFIX}{source}{CELL_SUFFIX}");
     let allocator = Allocator::default();
     let parsed = Parser::new(&allocator, &wrapped, SourceType::cjs()).parse();
@@ -86,7 +120,7 @@ pub fn check_cell_body(source: &str) -> Result<(), CellSyntaxError> {
         _ => false,
     };
     if whole && parsed.program.directives.is_empty() && parsed.program.hashbang.is_none() {
-        return Ok(());
+        return Ok(then(&parsed.program, &wrapped));
     }
     // Where the wrapper's function ends early: the end of the first statement.
     let end = parsed

@@ -10,6 +10,9 @@
 //!   `import.meta`, `require(...)` and other module-loader patterns, decided
 //!   on a real parse (oxc), so names, strings, comments, regexes and template
 //!   text that merely contain those words pass.
+//! - [`cell_references`] / [`check_cell_body_with_references`]: what a cell
+//!   names statically of a few globals (`MCP.notes.deleteNote({...})`),
+//!   for the runtime's pre-run name check; pure syntax, no catalog.
 //! - [`transform_typescript`]: TypeScript to JavaScript as a source
 //!   transform only (no type checking, no module resolution), with a map
 //!   from generated lines back to the TypeScript the model wrote.
@@ -28,11 +31,18 @@
 mod cell_body;
 mod module_access;
 mod nesting;
+mod references;
 mod shell;
 mod typescript;
 
-pub use cell_body::{CELL_PREFIX, CELL_SUFFIX, CellSyntaxError, check_cell_body};
+pub use cell_body::{
+    CELL_PREFIX, CELL_SUFFIX, CellSyntaxError, check_cell_body, check_cell_body_with_references,
+};
 pub use module_access::{ModuleAccess, check_module_access};
+pub use references::{
+    ArgShape, CellReferences, GlobalUse, MAX_REPORTED_USES, ObjectShape, Usage, ValueKind,
+    cell_references,
+};
 pub use nesting::{MAX_NESTING_DEPTH, TooDeep, check_nesting, nesting_estimate};
 pub use shell::looks_like_shell_command;
 pub use typescript::{
