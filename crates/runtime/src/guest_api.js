@@ -226,12 +226,15 @@
   // nearest names (answered by the host from the run's catalog), instead
   // of a bare "not a function". `"name" in MCP` and `Object.keys` still
   // show only what exists. Names the engine and common idioms probe on any
-  // object (`then`, `toJSON`, symbols, ...) stay undefined.
+  // object (`then`, `toJSON`, symbols, ...) and `resources`/`prompts` of a
+  // server without them stay undefined.
   const PROBES = createObject(null);
   const probeNames = ["then", "catch", "finally", "toJSON", "constructor", "prototype", "__proto__",
     "toString", "toLocaleString", "valueOf", "inspect", "hasOwnProperty", "isPrototypeOf",
     "propertyIsEnumerable", "$$typeof", "asymmetricMatch", "nodeType", "tagName", "length", "name",
-    "call", "apply", "bind", "default", "__esModule"];
+    "call", "apply", "bind", "default", "__esModule",
+    // Present only when the server offers them: feature-tested with typeof.
+    "resources", "prompts"];
   for (let i = 0; i < probeNames.length; i++) PROBES[probeNames[i]] = true;
   freeze(PROBES);
   function isProbe(key) {

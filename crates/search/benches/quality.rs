@@ -84,7 +84,8 @@ fn load_tools(text: &str) -> Result<Vec<Tool>, String> {
         .get("tools")
         .and_then(Value::as_array)
         .ok_or_else(|| format!("{TOOLS_FILE}: no `tools` list"))?;
-    let text_of = |t: &Value, key: &str| t.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+    let text_of =
+        |t: &Value, key: &str| t.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
     Ok(tools
         .iter()
         .map(|t| {
@@ -96,7 +97,12 @@ fn load_tools(text: &str) -> Result<Vec<Tool>, String> {
                 .map(|props| {
                     let mut v: Vec<String> = props.keys().cloned().collect();
                     if std::env::var_os("PDESC").is_some() {
-                        v.extend(props.values().filter_map(|p| p.get("description").and_then(Value::as_str)).map(str::to_owned));
+                        v.extend(
+                            props
+                                .values()
+                                .filter_map(|p| p.get("description").and_then(Value::as_str))
+                                .map(str::to_owned),
+                        );
                     }
                     v
                 })
@@ -121,12 +127,25 @@ fn load_queries(text: &str) -> Result<Vec<Query>, String> {
     Ok(queries
         .iter()
         .map(|q| Query {
-            suite: q.get("suite").and_then(Value::as_str).unwrap_or("").to_owned(),
-            text: q.get("query").and_then(Value::as_str).unwrap_or("").to_owned(),
+            suite: q
+                .get("suite")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            text: q
+                .get("query")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
             expected: q
                 .get("expected")
                 .and_then(Value::as_array)
-                .map(|e| e.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .map(|e| {
+                    e.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
                 .unwrap_or_default(),
         })
         .collect())
@@ -289,7 +308,14 @@ fn main() -> Result<(), String> {
                 .collect();
             let hit = |l: &[&str]| l.iter().any(|n| q.expected.iter().any(|e| e == n));
             if hit(&ours) != hit(&theirs) {
-                println!("{} {:?}\n  expected {:?}\n  ours     {:?}\n  bm25     {:?}", if hit(&ours) {"WIN "} else {"LOSS"}, q.text, q.expected, ours, theirs);
+                println!(
+                    "{} {:?}\n  expected {:?}\n  ours     {:?}\n  bm25     {:?}",
+                    if hit(&ours) { "WIN " } else { "LOSS" },
+                    q.text,
+                    q.expected,
+                    ours,
+                    theirs
+                );
             }
         }
     }
@@ -297,13 +323,21 @@ fn main() -> Result<(), String> {
         for q in queries.iter().filter(|q| q.text.contains(&needle)) {
             println!("{:?} expected {:?}", q.text, q.expected);
             for h in index.search(&q.text, 10) {
-                println!("   {:8.3} {}/{}", h.score, tools[h.doc].owner, tools[h.doc].name);
+                println!(
+                    "   {:8.3} {}/{}",
+                    h.score, tools[h.doc].owner, tools[h.doc].name
+                );
             }
             for (d, t) in tools.iter().enumerate() {
                 if q.expected.contains(&t.name) {
                     let all = index.search(&q.text, 1000);
                     let r = all.iter().position(|h| h.doc == d);
-                    println!("   expected {} rank {:?} score {:?}", t.name, r, r.map(|r| all[r].score));
+                    println!(
+                        "   expected {} rank {:?} score {:?}",
+                        t.name,
+                        r,
+                        r.map(|r| all[r].score)
+                    );
                 }
             }
         }

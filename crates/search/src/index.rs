@@ -41,7 +41,6 @@ enum Field {
 
 const FIELD_COUNT: usize = 5;
 
-
 /// Per-field weight and length normalisation `b` (BM25F).
 struct FieldParams {
     weight: f32,
@@ -50,11 +49,26 @@ struct FieldParams {
 
 /// Weights and `b` of name, title, description, parameters, owner.
 const FIELDS: [FieldParams; FIELD_COUNT] = [
-    FieldParams { weight: 3.0, b: 0.75 },
-    FieldParams { weight: 2.0, b: 0.75 },
-    FieldParams { weight: 1.0, b: 0.75 },
-    FieldParams { weight: 0.5, b: 0.75 },
-    FieldParams { weight: 2.0, b: 0.75 },
+    FieldParams {
+        weight: 3.0,
+        b: 0.75,
+    },
+    FieldParams {
+        weight: 2.0,
+        b: 0.75,
+    },
+    FieldParams {
+        weight: 1.0,
+        b: 0.75,
+    },
+    FieldParams {
+        weight: 0.5,
+        b: 0.75,
+    },
+    FieldParams {
+        weight: 2.0,
+        b: 0.75,
+    },
 ];
 
 /// One searchable entry, fields as plain text.
@@ -249,7 +263,8 @@ impl Index {
                         let id = match token_ids.get(token.as_str()) {
                             Some(&id) => id,
                             None => {
-                                let id = intern(&mut index.terms, &mut raw, &term_of(token, piece.cjk));
+                                let id =
+                                    intern(&mut index.terms, &mut raw, &term_of(token, piece.cjk));
                                 token_ids.insert(token.clone(), id);
                                 id
                             }
@@ -271,7 +286,10 @@ impl Index {
                             continue;
                         };
                         if let Some(prev) = previous.replace(id) {
-                            let pair = *index.pairs.entry((prev, id)).or_insert_with(|| new_id(&mut raw));
+                            let pair = *index
+                                .pairs
+                                .entry((prev, id))
+                                .or_insert_with(|| new_id(&mut raw));
                             occurrences.push((pair, f));
                         }
                     }
@@ -302,7 +320,11 @@ impl Index {
         let mut average = [0f32; FIELD_COUNT];
         for (f, avg) in average.iter_mut().enumerate() {
             let total: f64 = lengths.iter().map(|l| f64::from(l[f])).sum();
-            *avg = if n == 0 { 0.0 } else { (total / n as f64) as f32 };
+            *avg = if n == 0 {
+                0.0
+            } else {
+                (total / n as f64) as f32
+            };
         }
         // By doc and field: weight / length normalisation.
         let scale: Vec<[f32; FIELD_COUNT]> = lengths
@@ -457,7 +479,13 @@ impl Index {
             }
         }
         let lowered = query.to_lowercase();
-        tiers.extend(self.exact.get(&lowered).into_iter().flatten().map(|&d| (d, 2)));
+        tiers.extend(
+            self.exact
+                .get(&lowered)
+                .into_iter()
+                .flatten()
+                .map(|&d| (d, 2)),
+        );
         if !tiers.is_empty() {
             let top = scores.iter().copied().fold(0f32, f32::max);
             tiers.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
@@ -524,9 +552,9 @@ impl Index {
 
     /// A query word that is no term of the index scores the name words it
     /// is the start of (at least [`MIN_PREFIX_CHARS`]: `calc` →
-    /// `calculator`) or a typo of ([`typo_budget`]: `caculate` →
-    /// `calculate`), at [`PARTIAL_WEIGHT`] of a whole-word name match, the
-    /// best one per document.
+    /// `calculator`) or a typo of ([`typo_budget`], same first letter:
+    /// `caculate` → `calculate`), at [`PARTIAL_WEIGHT`] of a whole-word
+    /// name match, the best one per document.
     fn add_partial_matches(&self, w: &QueryWord, scores: &mut [f32]) {
         if w.cjk {
             return;
@@ -547,9 +575,18 @@ impl Index {
             }
         }
         let budget = typo_budget(chars.len());
-        if budget > 0 {
+        if let (true, Some(first)) = (budget > 0, chars.first()) {
+            // Like a fuzzy query with a prefix length of 1: the first
+            // letter is taken as typed, which keeps the candidates to one
+            // run of the sorted name words.
+            let mut lead = [0u8; 4];
+            let lead = &*first.encode_utf8(&mut lead);
+            let start = self.name_words.partition_point(|n| n.word.as_str() < lead);
             let mut scratch = Vec::new();
-            for n in &self.name_words {
+            for n in self.name_words[start..]
+                .iter()
+                .take_while(|n| n.word.starts_with(lead))
+            {
                 if expanded.len() >= 2 * MAX_EXPANSIONS {
                     break;
                 }

@@ -113,7 +113,10 @@ fn push_lower(part: &str, out: &mut Vec<String>) {
     if part.is_empty() {
         return;
     }
-    if part.bytes().all(|b| !b.is_ascii_uppercase() && b.is_ascii()) {
+    if part
+        .bytes()
+        .all(|b| !b.is_ascii_uppercase() && b.is_ascii())
+    {
         out.push(part.to_owned());
     } else {
         out.push(part.to_lowercase());
@@ -416,10 +419,22 @@ mod tests {
         assert_eq!(split_identifier("kebab-case"), ["kebab", "case"]);
         assert_eq!(split_identifier("a.b.c"), ["a", "b", "c"]);
         assert_eq!(split_identifier("HTTPServer"), ["http", "server"]);
-        assert_eq!(split_identifier("plugin:owner:tool"), ["plugin", "owner", "tool"]);
-        assert_eq!(split_identifier("owner/tool_name"), ["owner", "tool", "name"]);
-        assert_eq!(split_identifier("parseJSONToXML"), ["parse", "json", "to", "xml"]);
-        assert_eq!(split_identifier("mp3File base64"), ["mp3", "file", "base64"]);
+        assert_eq!(
+            split_identifier("plugin:owner:tool"),
+            ["plugin", "owner", "tool"]
+        );
+        assert_eq!(
+            split_identifier("owner/tool_name"),
+            ["owner", "tool", "name"]
+        );
+        assert_eq!(
+            split_identifier("parseJSONToXML"),
+            ["parse", "json", "to", "xml"]
+        );
+        assert_eq!(
+            split_identifier("mp3File base64"),
+            ["mp3", "file", "base64"]
+        );
         assert_eq!(split_identifier("getV2Users"), ["get", "v2", "users"]);
         assert_eq!(split_identifier("ALL_CAPS"), ["all", "caps"]);
         assert_eq!(split_identifier("__init__"), ["init"]);
@@ -427,7 +442,10 @@ mod tests {
 
     #[test]
     fn punctuation_is_stripped() {
-        assert_eq!(tokens("'mcp' react, (vercel/ai)!"), ["mcp", "react", "vercel", "ai"]);
+        assert_eq!(
+            tokens("'mcp' react, (vercel/ai)!"),
+            ["mcp", "react", "vercel", "ai"]
+        );
         assert_eq!(tokens("what's up?"), ["what", "s", "up"]);
         assert_eq!(tokens("“quoted” — dash…"), ["quoted", "dash"]);
         assert_eq!(tokens("3.14 and 1,000"), ["3", "14", "and", "1", "000"]);
@@ -438,8 +456,14 @@ mod tests {
         assert_eq!(tokens("股票"), ["股票"]);
         assert_eq!(tokens("查询股价"), ["查询", "询股", "股价"]);
         assert_eq!(tokens("字"), ["字"]);
-        assert_eq!(tokens("bing_search返回的结果"), ["bing", "search", "返回", "回的", "的结", "结果"]);
-        assert_eq!(tokens("カタカナ ひらがな"), ["カタ", "タカ", "カナ", "ひら", "らが", "がな"]);
+        assert_eq!(
+            tokens("bing_search返回的结果"),
+            ["bing", "search", "返回", "回的", "的结", "结果"]
+        );
+        assert_eq!(
+            tokens("カタカナ ひらがな"),
+            ["カタ", "タカ", "カナ", "ひら", "らが", "がな"]
+        );
         assert_eq!(tokens("한국어 검색"), ["한국", "국어", "검색"]);
         // Full-width forms fold to ASCII (NFKC).
         assert_eq!(tokens("ＡＢＣ１２３"), ["abc123"]);

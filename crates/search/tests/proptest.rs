@@ -11,9 +11,22 @@ fn text() -> impl Strategy<Value = String> {
         "[\\p{Han}\\p{Hiragana}\\p{Katakana}\\p{Hangul} a-z]{0,20}",
         proptest::collection::vec(
             prop_oneof![
-                Just("get"), Just("the"), Just("File"), Just("deleteNote"), Just("HTTPServer"),
-                Just("搜索"), Just("'mcp'"), Just("calc"), Just("__"), Just("3.14"), Just("é"),
-                Just("\u{301}"), Just("\u{200d}"), Just("ǅ"), Just("İ"), Just("ﬁ"),
+                Just("get"),
+                Just("the"),
+                Just("File"),
+                Just("deleteNote"),
+                Just("HTTPServer"),
+                Just("搜索"),
+                Just("'mcp'"),
+                Just("calc"),
+                Just("__"),
+                Just("3.14"),
+                Just("é"),
+                Just("\u{301}"),
+                Just("\u{200d}"),
+                Just("ǅ"),
+                Just("İ"),
+                Just("ﬁ"),
             ],
             0..12
         )

@@ -3,7 +3,12 @@
 use codemode_search::{Document, Hit, Index, MAX_QUERY_BYTES, tokens};
 
 /// `(owner, name, description, parameters)`.
-type Tool = (&'static str, &'static str, &'static str, &'static [&'static str]);
+type Tool = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+);
 
 struct Catalog {
     tools: Vec<Tool>,
@@ -181,8 +186,14 @@ fn whole_words_only() {
 fn punctuation_is_ignored() {
     let c = catalog();
     assert_eq!(c.first("'mcp'").as_deref(), Some("registry/search_servers"));
-    assert_eq!(c.first("(mcp),").as_deref(), Some("registry/search_servers"));
-    assert_eq!(c.first("vercel,").as_deref(), Some("vercel/list_deployments"));
+    assert_eq!(
+        c.first("(mcp),").as_deref(),
+        Some("registry/search_servers")
+    );
+    assert_eq!(
+        c.first("vercel,").as_deref(),
+        Some("vercel/list_deployments")
+    );
 }
 
 #[test]
@@ -204,15 +215,27 @@ fn camel_case_names_split() {
 fn stemming_matches_word_forms() {
     let c = catalog();
     // "files" finds the tool about a "file", "listings" the "listing".
-    assert!(c.search("files").contains(&"filesystem/read_file".to_owned()));
-    assert_eq!(c.first("directory listings").as_deref(), Some("filesystem/list_directory"));
-    assert_eq!(c.first("forecasts").as_deref(), Some("weather/get_forecast"));
+    assert!(
+        c.search("files")
+            .contains(&"filesystem/read_file".to_owned())
+    );
+    assert_eq!(
+        c.first("directory listings").as_deref(),
+        Some("filesystem/list_directory")
+    );
+    assert_eq!(
+        c.first("forecasts").as_deref(),
+        Some("weather/get_forecast")
+    );
 }
 
 #[test]
 fn stop_words_do_not_rank() {
     let c = catalog();
-    assert_eq!(c.search("the weather of the city"), c.search("weather city"));
+    assert_eq!(
+        c.search("the weather of the city"),
+        c.search("weather city")
+    );
     // A query of stop words only still finds what holds them.
     let the = c.search("the");
     assert!(!the.is_empty());
@@ -237,8 +260,14 @@ fn exact_name_ranks_first() {
     assert_eq!(c.first("delete note").as_deref(), Some("notes/deleteNote"));
     assert_eq!(c.first("delete_note").as_deref(), Some("notes/deleteNote"));
     assert_eq!(c.first("delete-notes").as_deref(), Some("notes/deleteNote"));
-    assert_eq!(c.first("plugin:notes:deleteNote").as_deref(), Some("notes/deleteNote"));
-    assert_eq!(c.first("get_forecast").as_deref(), Some("weather/get_forecast"));
+    assert_eq!(
+        c.first("plugin:notes:deleteNote").as_deref(),
+        Some("notes/deleteNote")
+    );
+    assert_eq!(
+        c.first("get_forecast").as_deref(),
+        Some("weather/get_forecast")
+    );
 }
 
 #[test]
@@ -273,7 +302,12 @@ fn rare_name_word_beats_common_description_words() {
         "Get a list of all the data of every user and every file, get the list, get the data.",
         &[],
     ));
-    tools.push(("k8s", "describe_kubernetes", "Describe a cluster resource.", &["kind"]));
+    tools.push((
+        "k8s",
+        "describe_kubernetes",
+        "Describe a cluster resource.",
+        &["kind"],
+    ));
     let c = Catalog::new(&tools);
     assert_eq!(
         c.first("get list data user file kubernetes").as_deref(),
@@ -311,7 +345,10 @@ fn partial_names_and_typos_still_find_something() {
     let c = catalog();
     assert_eq!(c.first("calc").as_deref(), Some("calculator/calculate"));
     assert_eq!(c.first("caculate").as_deref(), Some("calculator/calculate"));
-    assert_eq!(c.first("deploymnts").as_deref(), Some("vercel/list_deployments"));
+    assert_eq!(
+        c.first("deploymnts").as_deref(),
+        Some("vercel/list_deployments")
+    );
     // Short words are never taken as prefixes or typos.
     assert!(c.search("cal").is_empty());
 }
@@ -362,8 +399,11 @@ fn results_are_deterministic_and_ties_go_by_position() {
         let x: Vec<Hit> = a.index.search(q, 10);
         let y: Vec<Hit> = b.index.search(q, 10);
         assert_eq!(x, y, "{q:?}");
-        assert!(x.windows(2).all(|w| w[0].score > w[1].score
-            || (w[0].score == w[1].score && w[0].doc < w[1].doc)));
+        assert!(
+            x.windows(2)
+                .all(|w| w[0].score > w[1].score
+                    || (w[0].score == w[1].score && w[0].doc < w[1].doc))
+        );
     }
 }
 

@@ -14,10 +14,11 @@
 use std::collections::HashSet;
 
 use oxc_ast::ast::{
-    Argument, ArrayExpressionElement, BinaryExpression, BinaryOperator, BindingIdentifier,
-    CallExpression, ChainExpression, Expression, ObjectExpression, ObjectPropertyKind, Program,
-    PropertyKey, TryStatement, UnaryOperator, WithStatement,
+    Argument, ArrayExpressionElement, ArrowFunctionExpression, BinaryExpression, BinaryOperator,
+    BindingIdentifier, CallExpression, ChainExpression, Expression, Function, ObjectExpression,
+    ObjectPropertyKind, Program, PropertyKey, TryStatement, UnaryOperator, WithStatement,
 };
+use oxc_semantic::ScopeFlags;
 use oxc_ast_visit::{Visit, walk};
 use oxc_span::GetSpan;
 
@@ -76,10 +77,12 @@ pub enum Usage {
     Called {
         /// Its arguments' shapes.
         args: Vec<ArgShape>,
-        /// A failure would be handled by the cell: the call is inside a
+        /// A failure may be handled by the cell: the call is inside a
         /// `try` with a `catch`, its promise gets `.catch(...)` /
-        /// `.then(_, onRejected)`, or it is an element of
-        /// `Promise.allSettled([...])` / `Promise.any([...])`.
+        /// `.then(_, onRejected)`, it is an element of
+        /// `Promise.allSettled([...])` / `Promise.any([...])`, or it is in
+        /// a function the cell's own code calls (which may catch), rather
+        /// than in the cell body or a callback of an array method.
         handled: bool,
     },
     /// Named without being called directly.
@@ -150,6 +153,8 @@ pub(crate) fn collect(
         bindings: HashSet::new(),
         handled: 0,
         optional: 0,
+        opaque: 0,
+        transparent: HashSet::new(),
         has_with: false,
     };
     collector.visit_program(program);
@@ -179,8 +184,21 @@ struct Collector<'w, 't> {
     handled: u32,
     /// Inside an optional chain.
     optional: u32,
+    /// Inside a function whose callers are not known (a helper the cell
+    /// may call inside `try`): failures there are not provably unhandled.
+    opaque: u32,
+    /// Start offsets of functions passed straight to an array method
+    /// (`items.map(x => ...)`): they run where the method is called.
+    transparent: HashSet<u32>,
     has_with: bool,
 }
+
+/// Array and promise methods whose callback runs as part of the call:
+/// the callback's failures surface where the method is called.
+const TRANSPARENT_CALLERS: [&str; 11] = [
+    "map", "flatMap", "forEach", "filter", "reduce", "some", "every", "find", "findIndex", "then",
+    "finally",
+];
 
 /// A static member chain: the root identifier, the member names, and
 /// whether a computed non-literal member follows.
@@ -397,6 +415,21 @@ impl<'a> Visit<'a> for Collector<'_, '_> {
         }
     }
 
+    fn visit_function(&mut self, it: &Function<'a>, flags: ScopeFlags) {
+        // Offset 1: the engine's wrapper around the cell, i.e. the cell body.
+        let opaque = it.span.start != 1 && !self.transparent.contains(&it.span.start);
+        self.opaque += u32::from(opaque);
+        walk::walk_function(self, it, flags);
+        self.opaque -= u32::from(opaque);
+    }
+
+    fn visit_arrow_function_expression(&mut self, it: &ArrowFunctionExpression<'a>) {
+        let opaque = !self.transparent.contains(&it.span.start);
+        self.opaque += u32::from(opaque);
+        walk::walk_arrow_function_expression(self, it);
+        self.opaque -= u32::from(opaque);
+    }
+
     fn visit_with_statement(&mut self, it: &WithStatement<'a>) {
         self.has_with = true;
         walk::walk_with_statement(self, it);
@@ -437,12 +470,27 @@ impl<'a> Visit<'a> for Collector<'_, '_> {
     }
 
     fn visit_call_expression(&mut self, it: &CallExpression<'a>) {
+        if let Expression::StaticMemberExpression(m) = &it.callee
+            && TRANSPARENT_CALLERS.contains(&m.property.name.as_str())
+        {
+            for arg in &it.arguments {
+                match arg {
+                    Argument::ArrowFunctionExpression(f) => {
+                        self.transparent.insert(f.span.start);
+                    }
+                    Argument::FunctionExpression(f) => {
+                        self.transparent.insert(f.span.start);
+                    }
+                    _ => {}
+                }
+            }
+        }
         if let Some(chain) = self.chain(&it.callee) {
             let direct = !chain.dynamic && self.optional == 0 && !it.optional;
             let usage = if direct {
                 Usage::Called {
                     args: it.arguments.iter().map(Collector::arg_shape).collect(),
-                    handled: self.handled > 0,
+                    handled: self.handled > 0 || self.opaque > 0,
                 }
             } else {
                 Usage::Mentioned
@@ -604,6 +652,8 @@ mod tests {
             "await MCP.a.b({}).catch(() => null)",
             "await MCP.a.b({}).then(x => x, e => null)",
             "await Promise.allSettled([MCP.a.b({}), 1])",
+            "const err = async f => { try { return await f() } catch (e) { return e } }; await err(() => MCP.a.b({}))",
+            "async function helper() { return MCP.a.b({}) } try { await helper() } catch {}",
         ] {
             let u = uses(cell);
             assert!(called(&u[0]).1, "{cell}");
@@ -613,6 +663,9 @@ mod tests {
             "await MCP.a.b({}).then(x => x)",
             "await Promise.all([MCP.a.b({})])",
             "try {} catch (e) {} await MCP.a.b({})",
+            "await Promise.all(items.map(async (i) => MCP.a.b({ i })))",
+            "for (const i of items) { await MCP.a.b({ i }) }",
+            "items.forEach(function (i) { MCP.a.b({ i }) })",
         ] {
             let u = uses(cell);
             assert!(!called(&u[0]).1, "{cell}");
