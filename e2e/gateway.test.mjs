@@ -65,6 +65,41 @@ for (const transport of ["stdio", "http"]) {
       assert.equal(r.telemetry.catalogBySource.mcp > 20, true);
     });
 
+    test("API.search finds MCP tools across servers; a wrong name fails before anything runs", async () => {
+      const r = await exec(client, `
+        const hits = await API.search("sum of two numbers", { limit: 3 });
+        const onWeb = await API.search("sum", { server: "web", limit: 1 });
+        return { hits, onWeb, plain: await tools.search("sum") };
+      `);
+      assert.equal(r.status, "completed", JSON.stringify(r));
+      assert.ok(["MCP.everything.getSum", "MCP.web.getSum"].includes(r.value.hits[0].path), JSON.stringify(r.value.hits));
+      assert.equal(r.value.hits[0].tool, "get-sum");
+      assert.match(r.value.hits[0].signature, /^getSum\(\{ a: number, b: number \}\)$/);
+      assert.equal(r.value.onWeb[0].path, "MCP.web.getSum");
+      assert.deepEqual(r.value.plain, [], "tools.search never returns MCP tools");
+      const { tools } = await client.listTools();
+      assert.match(tools.find((t) => t.name === "exec").description, /API\.search\(query/);
+
+      const wrong = await exec(client, `
+        await MCP.memory.createEntities({ entities: [{ name: "NeverWritten", entityType: "probe", observations: [] }] });
+        return await MCP.everything.get_sum({ a: 1, b: 2 });
+      `);
+      assert.equal(wrong.status, "failed", JSON.stringify(wrong));
+      assert.equal(wrong.code, "invalid_input");
+      assert.match(wrong.error, /line 3, column \d+: MCP\.everything\.get_sum is not a tool of MCP\.everything; did you mean MCP\.everything\.getSum/);
+      const graph = await exec(client, `return JSON.stringify(await MCP.memory.readGraph())`);
+      assert.equal(graph.status, "completed", JSON.stringify(graph));
+      assert.doesNotMatch(graph.value, /NeverWritten/, "the refused cell's first call never ran");
+
+      const dynamic = await exec(client, `
+        const name = "getSums";
+        try { await MCP.everything[name]({ a: 1, b: 2 }); } catch (e) { return { code: e.code, message: e.message }; }
+      `);
+      assert.equal(dynamic.status, "completed", JSON.stringify(dynamic));
+      assert.equal(dynamic.value.code, "nested_tool_failed");
+      assert.match(dynamic.value.message, /did you mean MCP\.everything\.getSum/);
+    });
+
     test("upstream tools over stdio and HTTP, several in parallel", async () => {
       const r = await exec(client, `
         const echo = await MCP.everything.echo({ message: "hello" });
@@ -208,7 +243,7 @@ for (const transport of ["stdio", "http"]) {
         assert.equal(grown.status, "completed", JSON.stringify(grown));
         let r;
         for (let i = 0; i < 40; i++) {
-          r = await exec(client, `return typeof MCP.flaky.grown1 === "function" ? (await MCP.flaky.grown1()).content[0].text : null`);
+          r = await exec(client, `return "grown1" in MCP.flaky ? (await MCP.flaky.grown1()).content[0].text : null`);
           if (r.value) break;
           await new Promise((r) => setTimeout(r, 100));
         }

@@ -228,36 +228,21 @@ fn tool_policy_removes_tools_from_every_view_of_the_catalog() {
         const found = await tools.search("sum echo", { limit: 50 });
         return {
           names,
-          getSum: typeof MCP.everything.getSum,
-          echo: typeof MCP.everything.echo,
+          getSum: "getSum" in MCP.everything,
+          echo: "echo" in MCP.everything,
+          // A denied tool is no tool of the run: its name is only a
+          // placeholder whose call is refused with a code.
+          getSumCall: await MCP.everything.getSum({ a: 1, b: 2 }).then(() => "called", (e) => e.code),
           dtsMentions: ["getSum", "echo(", "get-sum"].filter((w) => dts.includes(w)),
           searchIds: JSON.stringify(found).match(/mcp:everything:[a-z-]+/g) ?? [],
         };
     "#;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
-        .args(["exec", "--config", config, "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("codemode runs");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(cell.as_bytes()).expect("write the cell");
-    }
-    let out = child.wait_with_output().expect("codemode exits");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let result: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!(
-            "not one JSON result ({e}): {text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let result = exec_cell(config, cell);
     assert_eq!(result["status"], "completed", "{result}");
     let value = &result["value"];
-    assert_eq!(value["getSum"], "undefined", "{value}");
-    assert_eq!(value["echo"], "undefined", "{value}");
+    assert_eq!(value["getSum"], false, "{value}");
+    assert_eq!(value["echo"], false, "{value}");
+    assert_eq!(value["getSumCall"], "nested_tool_failed", "{value}");
     assert_eq!(value["dtsMentions"], serde_json::json!([]), "{value}");
     let names = value["names"].as_array().expect("names");
     assert_eq!(
@@ -272,4 +257,72 @@ fn tool_policy_removes_tools_from_every_view_of_the_catalog() {
             "search found a removed tool {id}"
         );
     }
+}
+
+/// `codemode exec --config FILE -` with `cell` on stdin: the one JSON result.
+fn exec_cell(config: &str, cell: &str) -> serde_json::Value {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["exec", "--config", config, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("codemode runs");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(cell.as_bytes()).expect("write the cell");
+    }
+    let out = child.wait_with_output().expect("codemode exits");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON result ({e}): {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn api_search_and_the_name_check_through_codemode_exec() {
+    let dir = common::ensure_npm_installed();
+    let server = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let config = std::env::temp_dir().join(format!("codemode-search-{}.json5", std::process::id()));
+    std::fs::write(
+        &config,
+        format!(
+            "{{ mcpServers: {{ everything: {{ command: \"node\", args: [{:?}] }} }} }}",
+            server.to_string_lossy()
+        ),
+    )
+    .expect("write config");
+    let config = config.to_str().expect("utf-8 path");
+
+    let found = exec_cell(
+        config,
+        "const [hit] = await API.search('echo a message back'); return { hit, sum: (await MCP.everything.getSum({ a: 2, b: 3 })).content[0].text };",
+    );
+    assert_eq!(found["status"], "completed", "{found}");
+    assert_eq!(
+        found["value"]["hit"]["path"], "MCP.everything.echo",
+        "{found}"
+    );
+    assert_eq!(found["value"]["hit"]["server"], "everything");
+    assert_eq!(found["value"]["sum"], "The sum of 2 and 3 is 5.");
+
+    let refused = exec_cell(
+        config,
+        "await MCP.everything.echo({ message: 'first' });\nawait MCP.everything.getSums({ a: 1 });",
+    );
+    assert_eq!(refused["status"], "failed", "{refused}");
+    assert_eq!(refused["code"], "invalid_input", "{refused}");
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("line 2, column 7: MCP.everything.getSums is not a tool of MCP.everything; did you mean MCP.everything.getSum?"),
+        "{error}"
+    );
+    assert_eq!(
+        refused["telemetry"]["nestedCallCount"], 0,
+        "nothing ran: {refused}"
+    );
 }

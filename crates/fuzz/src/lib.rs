@@ -27,14 +27,42 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("guest_json", guest_json),
 ];
 
-/// The pre-VM checks on any source, deep and long inputs included: they
-/// answer (run or refuse) and never overflow the stack.
+/// A catalog for the pre-run name check: MCP tools with schemas (required
+/// keys, typed properties, a default, a combinator) on two servers and a
+/// plugin tool with a convenience.
+static NAMES_CATALOG: LazyLock<Catalog> = LazyLock::new(|| {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "id": { "type": "string" }, "n": { "type": ["integer", "null"] },
+            "mode": { "type": "string", "default": "a" }, "any": { "anyOf": [{ "type": "string" }] }
+        },
+        "required": ["id", "mode"]
+    });
+    Catalog::build_with_mcp_servers(
+        vec![
+            ToolDefinition::new(ToolSource::Mcp, "notes", "delete_note")
+                .with_parameters(schema.clone()),
+            ToolDefinition::new(ToolSource::Mcp, "git-hub", "search")
+                .with_parameters(schema.clone()),
+            ToolDefinition::new(ToolSource::Plugin, "files", "read_file").with_parameters(schema),
+        ],
+        &ToolPolicy::default(),
+        &[McpServerInfo::new("notes").with_resources(true)],
+    )
+    .unwrap_or_else(|_| Catalog::empty())
+});
+
+/// The pre-VM checks on any source, deep and long inputs included, with the
+/// pre-run name check against a small catalog: they answer (run or refuse)
+/// and never overflow the stack.
 pub fn source_checks(data: &[u8]) {
     let Some((&flags, rest)) = data.split_first() else {
         return;
     };
     let code = String::from_utf8_lossy(rest);
-    let _ = codemode_runtime::fuzzing::prepare(&code, flags & 1 == 1);
+    let _ =
+        codemode_runtime::fuzzing::prepare_and_check_names(&code, flags & 1 == 1, &NAMES_CATALOG);
 }
 
 static BRIDGE: LazyLock<BridgeFuzzer> = LazyLock::new(BridgeFuzzer::new);

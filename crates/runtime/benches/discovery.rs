@@ -23,8 +23,22 @@ const VERBS: [&str; 12] = [
     "convert", "analyze",
 ];
 const NOUNS: [&str; 16] = [
-    "file", "issue", "note", "page", "message", "user", "repository", "calendar_event", "invoice",
-    "image", "document", "weather", "stock_price", "ticket", "comment", "playlist",
+    "file",
+    "issue",
+    "note",
+    "page",
+    "message",
+    "user",
+    "repository",
+    "calendar_event",
+    "invoice",
+    "image",
+    "document",
+    "weather",
+    "stock_price",
+    "ticket",
+    "comment",
+    "playlist",
 ];
 const WORDS: [&str; 24] = [
     "the", "a", "for", "with", "from", "by", "given", "current", "remote", "local", "all",
@@ -59,8 +73,13 @@ fn hundred_line_cell() -> String {
         let verb = VERBS[i % VERBS.len()];
         let noun = NOUNS[(i / VERBS.len()) % NOUNS.len()];
         let js = format!("{verb}{}{i}", camel(noun));
-        lines.push(format!("const r{i} = await MCP.server{}.{js}({{ id: \"x{i}\", limit: {i} }});", i % 20));
-        lines.push(format!("if (r{i}.isError) {{ results.push(\"failed {i}\"); }}"));
+        lines.push(format!(
+            "const r{i} = await MCP.server{}.{js}({{ id: \"x{i}\", limit: {i} }});",
+            i % 20
+        ));
+        lines.push(format!(
+            "if (r{i}.isError) {{ results.push(\"failed {i}\"); }}"
+        ));
         lines.push(format!("else results.push(unwrap(r{i}));"));
     }
     lines.push("return results.filter(Boolean).slice(0, 10);".to_owned());
@@ -85,12 +104,17 @@ fn bench(c: &mut Criterion) {
             Catalog::build(tools(n, ToolSource::Plugin, 50), &ToolPolicy::default()).unwrap();
         // Built once per catalog version: the first search pays for it.
         assert!(!catalog.search("warm", 1).is_empty() || catalog.len() == n);
-        c.bench_function(&format!("tools.search over {n} tools (3-word query)"), |b| {
-            b.iter(|| catalog.search("delete the invoice", 8));
-        });
+        c.bench_function(
+            &format!("tools.search over {n} tools (3-word query)"),
+            |b| {
+                b.iter(|| catalog.search("delete the invoice", 8));
+            },
+        );
     }
 
-    let servers: Vec<McpServerInfo> = (0..20).map(|i| McpServerInfo::new(&format!("server{i}"))).collect();
+    let servers: Vec<McpServerInfo> = (0..20)
+        .map(|i| McpServerInfo::new(&format!("server{i}")))
+        .collect();
     let catalog = Catalog::build_with_mcp_servers(
         tools(1_000, ToolSource::Mcp, 20),
         &ToolPolicy::default(),

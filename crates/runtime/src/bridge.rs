@@ -211,9 +211,7 @@ pub(crate) fn handle_request(
         BridgeRequest::McpMissing { server, tool } => {
             let namespace = state.catalog.mcp();
             let message = match (namespace.server(&server), tool) {
-                (Some(view), Some(tool)) => {
-                    view.unknown_tool_message(&tool, namespace.servers())
-                }
+                (Some(view), Some(tool)) => view.unknown_tool_message(&tool, namespace.servers()),
                 _ => namespace.unknown_server_message(&server),
             };
             Settlement::reject_with_code(message, ErrorCode::NestedToolFailed.as_str())

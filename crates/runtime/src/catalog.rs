@@ -635,9 +635,10 @@ impl Catalog {
                 .enumerate()
                 .flat_map(|(s, server)| (0..server.tools.len()).map(move |t| (s, t)))
                 .collect();
-            let index = codemode_search::Index::build(positions.iter().map(|&(s, t)| {
-                search_document(&servers[s].tools[t].entry, &servers[s].info.name)
-            }));
+            let index =
+                codemode_search::Index::build(positions.iter().map(|&(s, t)| {
+                    search_document(&servers[s].tools[t].entry, &servers[s].info.name)
+                }));
             (index, positions)
         });
         // The server filter applies after ranking, so scores (and rarity)

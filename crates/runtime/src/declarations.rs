@@ -454,8 +454,16 @@ pub(crate) fn short_signature(tool: &McpToolView) -> String {
             properties
                 .iter()
                 .map(|(key, property)| {
-                    let optional = if required.contains(&key.as_str()) { "" } else { "?" };
-                    format!("{}{optional}: {}", property_key(key), shallow_type(property))
+                    let optional = if required.contains(&key.as_str()) {
+                        ""
+                    } else {
+                        "?"
+                    };
+                    format!(
+                        "{}{optional}: {}",
+                        property_key(key),
+                        shallow_type(property)
+                    )
                 })
                 .collect()
         })
@@ -480,7 +488,11 @@ fn shallow_type(property: &Value) -> String {
     let simple = |t: &str| match t {
         "string" | "boolean" | "null" | "object" => t.to_owned(),
         "number" | "integer" => "number".to_owned(),
-        "array" => match property.get("items").and_then(|i| i.get("type")).and_then(Value::as_str) {
+        "array" => match property
+            .get("items")
+            .and_then(|i| i.get("type"))
+            .and_then(Value::as_str)
+        {
             Some(item @ ("string" | "boolean" | "object")) => format!("{item}[]"),
             Some("number" | "integer") => "number[]".to_owned(),
             _ => "unknown[]".to_owned(),

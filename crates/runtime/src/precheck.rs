@@ -498,7 +498,10 @@ mod tests {
             "{raw:?}"
         );
         let typo = check("await MCP.notes.deleteNotes({ id: 'a', new_title: 'b' })");
-        assert!(typo[0].contains("did you mean MCP.notes.deleteNote?"), "{typo:?}");
+        assert!(
+            typo[0].contains("did you mean MCP.notes.deleteNote?"),
+            "{typo:?}"
+        );
         let server = check("await MCP.note.deleteNote({})");
         assert!(server[0].contains("did you mean MCP.notes?"), "{server:?}");
         let elsewhere = check("await MCP.notes.searchIssues({})");
@@ -512,9 +515,16 @@ mod tests {
     fn literal_inputs_are_checked_against_the_schema() {
         let missing = check("await MCP.notes.renameNote({ id: 'a' })");
         assert_eq!(missing.len(), 1);
-        assert!(missing[0].contains("missing required key `new_title`"), "{missing:?}");
-        assert!(!missing[0].contains("`mode`"), "defaults fill keys: {missing:?}");
-        let typed = check("await MCP.notes.renameNote({ id: 1, new_title: 'b', count: 1.5, any: true })");
+        assert!(
+            missing[0].contains("missing required key `new_title`"),
+            "{missing:?}"
+        );
+        assert!(
+            !missing[0].contains("`mode`"),
+            "defaults fill keys: {missing:?}"
+        );
+        let typed =
+            check("await MCP.notes.renameNote({ id: 1, new_title: 'b', count: 1.5, any: true })");
         assert!(
             typed[0].contains("`id` is a whole number but the schema wants string"),
             "{typed:?}"
@@ -524,19 +534,34 @@ mod tests {
             "{typed:?}"
         );
         assert!(!typed[0].contains("`any`"), "{typed:?}");
-        let tools = check("await tools.read_file({ new_title: 'x', id: 'y', count: 2 }); await tools.call('plugin:files:read_file', { id: 'x' })");
+        let tools = check(
+            "await tools.read_file({ new_title: 'x', id: 'y', count: 2 }); await tools.call('plugin:files:read_file', { id: 'x' })",
+        );
         assert_eq!(tools.len(), 1, "{tools:?}");
-        assert!(tools[0].contains("tools.call(\"plugin:files:read_file\"): missing required key `new_title`"));
+        assert!(
+            tools[0].contains(
+                "tools.call(\"plugin:files:read_file\"): missing required key `new_title`"
+            )
+        );
     }
 
     #[test]
     fn unknown_tools_ids_and_conveniences_are_named() {
         let unknown = check("await tools.read_files({})");
-        assert!(unknown[0].contains("did you mean tools.read_file?"), "{unknown:?}");
+        assert!(
+            unknown[0].contains("did you mean tools.read_file?"),
+            "{unknown:?}"
+        );
         let dup = check("await tools.dup({})");
-        assert!(dup[0].contains("tools.call(\"plugin:a:dup\", input)"), "{dup:?}");
+        assert!(
+            dup[0].contains("tools.call(\"plugin:a:dup\", input)"),
+            "{dup:?}"
+        );
         let id = check("await tools.call('plugin:files:read_fil', {})");
-        assert!(id[0].contains("did you mean \"plugin:files:read_file\""), "{id:?}");
+        assert!(
+            id[0].contains("did you mean \"plugin:files:read_file\""),
+            "{id:?}"
+        );
         let mcp_id = check("await tools.describe('mcp:notes:delete_note')");
         assert!(mcp_id[0].contains("is an MCP tool"), "{mcp_id:?}");
     }

@@ -50,11 +50,9 @@ impl PreparedCell {
         if problems.is_empty() {
             return Ok(());
         }
-        let message = crate::precheck::refusal(&problems, |line, column| {
-            match &self.source_map {
-                Some(map) => map.original_position(line, column),
-                None => (line, column),
-            }
+        let message = crate::precheck::refusal(&problems, |line, column| match &self.source_map {
+            Some(map) => map.original_position(line, column),
+            None => (line, column),
         });
         Err(Refused::new(ErrorCode::InvalidInput, message))
     }

@@ -302,7 +302,10 @@ impl BridgeRequest {
             }
             Method::McpMissing => BridgeRequest::McpMissing {
                 server: server_name(params),
-                tool: params.get("tool").and_then(Value::as_str).map(str::to_owned),
+                tool: params
+                    .get("tool")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             },
             Method::Describe => match params.get("id") {
                 Some(Value::String(id)) => BridgeRequest::Describe { id: id.clone() },

@@ -284,7 +284,10 @@ mod tests {
         assert!(listed.len() < 4096, "{} bytes", listed.len());
         // 500 servers: names only, as many as fit, then a pointer to the
         // search that sees them all.
-        assert!(listed.contains("MCP servers: serverNumber0, serverNumber1,"), "{listed}");
+        assert!(
+            listed.contains("MCP servers: serverNumber0, serverNumber1,"),
+            "{listed}"
+        );
         assert!(
             listed.contains("more; API.search finds tools across all servers"),
             "{listed}"

@@ -58,7 +58,11 @@ fn session(executor: Scripted) -> codemode_runtime::CodeModeSession {
     )
     .unwrap();
     let run = format!("run-{}", codemode_sandbox::random_u64());
-    shared().session(context("agent", "discovery", &run), catalog, Arc::new(executor))
+    shared().session(
+        context("agent", "discovery", &run),
+        catalog,
+        Arc::new(executor),
+    )
 }
 
 async fn exec_in(language: &str, s: &codemode_runtime::CodeModeSession, code: &str) -> Value {
@@ -102,10 +106,17 @@ async fn api_search_ranks_mcp_tools_with_their_call_paths() {
     assert_eq!(v["onNotes"][0]["server"], "notes");
     assert_eq!(v["wiki"], "MCP.deepwiki.readWikiStructure");
     assert!(
-        v["bad"].as_str().unwrap().contains("did you mean MCP.notes?"),
+        v["bad"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean MCP.notes?"),
         "{v}"
     );
-    assert_eq!(v["plain"], json!([]), "tools.search never returns MCP tools");
+    assert_eq!(
+        v["plain"],
+        json!([]),
+        "tools.search never returns MCP tools"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -248,7 +259,10 @@ async fn an_uncaught_wrong_name_at_run_time_fails_with_its_code() {
     assert_eq!(r["status"], "failed", "{r}");
     assert_eq!(r["code"], "nested_tool_failed", "{r}");
     assert!(
-        r["error"].as_str().unwrap().contains("MCP.notes.deleteNote"),
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("MCP.notes.deleteNote"),
         "{r}"
     );
 }
@@ -258,6 +272,14 @@ async fn the_exec_description_points_at_api_search() {
     let s = session(executor());
     let tools = s.model_tools();
     let exec = tools.iter().find(|t| t.name == "exec").unwrap();
-    assert!(exec.description.contains("API.search(query"), "{}", exec.description);
-    assert!(!exec.description.contains("tools.search(query, {limit}) ranks tools;"));
+    assert!(
+        exec.description.contains("API.search(query"),
+        "{}",
+        exec.description
+    );
+    assert!(
+        !exec
+            .description
+            .contains("tools.search(query, {limit}) ranks tools;")
+    );
 }

@@ -6,7 +6,9 @@
 //! by `CODEMODE_SEARCH_QUALITY`, or else `shared/search-quality` beside the
 //! workspace; without it the bench says so and exits 0.
 //!
-//! `cargo bench -p codemode-search --bench quality`
+//! `cargo bench -p codemode-search --bench quality`; with
+//! `CODEMODE_SEARCH_QUALITY_VERBOSE=1` it also lists the queries where one
+//! ranker has an expected tool in its top 5 and the other has none.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -94,18 +96,7 @@ fn load_tools(text: &str) -> Result<Vec<Tool>, String> {
             let parameters = t
                 .pointer("/parameters/properties")
                 .and_then(Value::as_object)
-                .map(|props| {
-                    let mut v: Vec<String> = props.keys().cloned().collect();
-                    if std::env::var_os("PDESC").is_some() {
-                        v.extend(
-                            props
-                                .values()
-                                .filter_map(|p| p.get("description").and_then(Value::as_str))
-                                .map(str::to_owned),
-                        );
-                    }
-                    v
-                })
+                .map(|props| props.keys().cloned().collect())
                 .unwrap_or_default();
             Tool {
                 id: format!("plugin:{owner}:{name}"),
@@ -316,29 +307,6 @@ fn main() -> Result<(), String> {
                     ours,
                     theirs
                 );
-            }
-        }
-    }
-    if let Ok(needle) = std::env::var("DEBUGQ") {
-        for q in queries.iter().filter(|q| q.text.contains(&needle)) {
-            println!("{:?} expected {:?}", q.text, q.expected);
-            for h in index.search(&q.text, 10) {
-                println!(
-                    "   {:8.3} {}/{}",
-                    h.score, tools[h.doc].owner, tools[h.doc].name
-                );
-            }
-            for (d, t) in tools.iter().enumerate() {
-                if q.expected.contains(&t.name) {
-                    let all = index.search(&q.text, 1000);
-                    let r = all.iter().position(|h| h.doc == d);
-                    println!(
-                        "   expected {} rank {:?} score {:?}",
-                        t.name,
-                        r,
-                        r.map(|r| all[r].score)
-                    );
-                }
             }
         }
     }

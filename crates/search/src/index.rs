@@ -47,28 +47,17 @@ struct FieldParams {
     b: f32,
 }
 
-/// Weights and `b` of name, title, description, parameters, owner.
+const fn field(weight: f32, b: f32) -> FieldParams {
+    FieldParams { weight, b }
+}
+
+/// Weights and `b` by [`Field`] (see the crate docs for why).
 const FIELDS: [FieldParams; FIELD_COUNT] = [
-    FieldParams {
-        weight: 3.0,
-        b: 0.75,
-    },
-    FieldParams {
-        weight: 2.0,
-        b: 0.75,
-    },
-    FieldParams {
-        weight: 1.0,
-        b: 0.75,
-    },
-    FieldParams {
-        weight: 0.5,
-        b: 0.75,
-    },
-    FieldParams {
-        weight: 2.0,
-        b: 0.75,
-    },
+    field(3.0, 0.75), // name
+    field(2.0, 0.75), // title
+    field(1.0, 0.75), // description
+    field(0.5, 0.75), // parameters
+    field(2.0, 0.75), // owner
 ];
 
 /// One searchable entry, fields as plain text.
@@ -132,6 +121,8 @@ pub struct Index {
     /// A name's stemmed words joined by spaces, and its words run
     /// together → documents (tier 1 near-exact matches).
     near: HashMap<String, Vec<u32>>,
+    /// The most words a name has (a longer query is no near-exact match).
+    max_name_words: usize,
     len: usize,
 }
 
@@ -309,6 +300,8 @@ impl Index {
 
             push_unique(&mut index.exact, doc.name.trim().to_lowercase(), d);
             push_unique(&mut index.exact, doc.id.trim().to_lowercase(), d);
+            let name_word_count: usize = name_pieces.iter().map(|p| p.parts.len()).sum();
+            index.max_name_words = index.max_name_words.max(name_word_count);
             if let Some((stemmed, concat)) = near_keys(&name_pieces) {
                 push_unique(&mut index.near, stemmed, d);
                 push_unique(&mut index.near, concat, d);
@@ -454,10 +447,11 @@ impl Index {
             let [Some(a), Some(b)] = pair else {
                 continue;
             };
-            if let Some(&id) = self.pairs.get(&(*a, *b)) {
-                if !pairs.contains(&id) && pairs.len() < MAX_QUERY_TERMS {
-                    pairs.push(id);
-                }
+            if let Some(&id) = self.pairs.get(&(*a, *b))
+                && !pairs.contains(&id)
+                && pairs.len() < MAX_QUERY_TERMS
+            {
+                pairs.push(id);
             }
         }
         for id in pairs {
@@ -473,7 +467,12 @@ impl Index {
         // tier 2 (the query is the name or id), then tier 1 (the same
         // words), each lifted past the best plain score.
         let mut tiers: Vec<(u32, u8)> = Vec::new();
-        if let Some((stemmed, concat)) = near_keys(&query_pieces) {
+        let query_word_count: usize = query_pieces.iter().map(|p| p.parts.len()).sum();
+        // No name has more words than the longest.
+        let near = (query_word_count <= self.max_name_words)
+            .then(|| near_keys(&query_pieces))
+            .flatten();
+        if let Some((stemmed, concat)) = near {
             for key in [&stemmed, &concat] {
                 tiers.extend(self.near.get(key).into_iter().flatten().map(|&d| (d, 1)));
             }
@@ -672,4 +671,38 @@ fn within_distance(a: &[char], b: &[char], max: usize, rows: &mut Vec<usize>) ->
         std::mem::swap(&mut one_back, &mut current);
     }
     one_back[width - 1] <= max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: &str, b: &str, max: usize) -> bool {
+        let a: Vec<char> = a.chars().collect();
+        let b: Vec<char> = b.chars().collect();
+        within_distance(&a, &b, max, &mut Vec::new())
+    }
+
+    #[test]
+    fn edit_distance_is_bounded_osa() {
+        assert!(close("caculate", "calculate", 1));
+        assert!(close("calculate", "calculate", 0));
+        assert!(close("abdc", "abcd", 1));
+        assert!(close("deploymnts", "deployments", 1));
+        assert!(!close("kitten", "sitting", 2));
+        assert!(close("kitten", "sitting", 3));
+        assert!(close("", "ab", 2));
+        assert!(!close("", "abc", 2));
+        assert!(close("日本語", "日本", 1));
+        assert_eq!(typo_budget(4), 0);
+        assert_eq!(typo_budget(5), 1);
+        assert_eq!(typo_budget(8), 2);
+    }
+
+    #[test]
+    fn queries_are_cut_at_a_character_boundary() {
+        assert_eq!(cut("héllo", 2), "h");
+        assert_eq!(cut("héllo", 3), "hé");
+        assert_eq!(cut("abc", 10), "abc");
+    }
 }

@@ -39,11 +39,11 @@ pub use cell_body::{
     CELL_PREFIX, CELL_SUFFIX, CellSyntaxError, check_cell_body, check_cell_body_with_references,
 };
 pub use module_access::{ModuleAccess, check_module_access};
+pub use nesting::{MAX_NESTING_DEPTH, TooDeep, check_nesting, nesting_estimate};
 pub use references::{
     ArgShape, CellReferences, GlobalUse, MAX_REPORTED_USES, ObjectShape, Usage, ValueKind,
     cell_references,
 };
-pub use nesting::{MAX_NESTING_DEPTH, TooDeep, check_nesting, nesting_estimate};
 pub use shell::looks_like_shell_command;
 pub use typescript::{
     Transformed, TypeScriptError, transform_typescript, typescript_transformer_initialised,

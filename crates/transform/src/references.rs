@@ -18,8 +18,8 @@ use oxc_ast::ast::{
     BindingIdentifier, CallExpression, ChainExpression, Expression, Function, ObjectExpression,
     ObjectPropertyKind, Program, PropertyKey, TryStatement, UnaryOperator, WithStatement,
 };
-use oxc_semantic::ScopeFlags;
 use oxc_ast_visit::{Visit, walk};
+use oxc_semantic::ScopeFlags;
 use oxc_span::GetSpan;
 
 use crate::line_column;
@@ -196,7 +196,16 @@ struct Collector<'w, 't> {
 /// Array and promise methods whose callback runs as part of the call:
 /// the callback's failures surface where the method is called.
 const TRANSPARENT_CALLERS: [&str; 11] = [
-    "map", "flatMap", "forEach", "filter", "reduce", "some", "every", "find", "findIndex", "then",
+    "map",
+    "flatMap",
+    "forEach",
+    "filter",
+    "reduce",
+    "some",
+    "every",
+    "find",
+    "findIndex",
+    "then",
     "finally",
 ];
 
@@ -223,14 +232,13 @@ fn literal_member(expr: &Expression<'_>) -> Option<String> {
 impl Collector<'_, '_> {
     fn chain(&self, expr: &Expression<'_>) -> Option<Chain> {
         match expr {
-            Expression::Identifier(ident) => self
-                .watched
-                .contains(&ident.name.as_str())
-                .then(|| Chain {
+            Expression::Identifier(ident) => {
+                self.watched.contains(&ident.name.as_str()).then(|| Chain {
                     root: ident.name.to_string(),
                     path: Vec::new(),
                     dynamic: false,
-                }),
+                })
+            }
             Expression::StaticMemberExpression(m) => {
                 let mut chain = self.chain(&m.object)?;
                 if !chain.dynamic {
@@ -352,7 +360,10 @@ fn value_kind(expr: &Expression<'_>) -> ValueKind {
         Expression::StringLiteral(_) | Expression::TemplateLiteral(_) => ValueKind::String,
         Expression::NumericLiteral(n) => number_kind(n.value),
         Expression::UnaryExpression(u)
-            if matches!(u.operator, UnaryOperator::UnaryNegation | UnaryOperator::UnaryPlus) =>
+            if matches!(
+                u.operator,
+                UnaryOperator::UnaryNegation | UnaryOperator::UnaryPlus
+            ) =>
         {
             match &u.argument {
                 Expression::NumericLiteral(n) => number_kind(n.value),
@@ -577,7 +588,9 @@ mod tests {
 
     #[test]
     fn static_calls_are_reported_with_their_position_and_arguments() {
-        let u = uses("const a = 1;\nawait MCP.notes.deleteNote({ id: 'x', force: true, n: -2.5, tags: [], o: {}, z: null, t: `a${a}` })");
+        let u = uses(
+            "const a = 1;\nawait MCP.notes.deleteNote({ id: 'x', force: true, n: -2.5, tags: [], o: {}, z: null, t: `a${a}` })",
+        );
         assert_eq!(u.len(), 1);
         assert_eq!((u[0].line, u[0].column), (2, 7));
         assert_eq!(u[0].path, ["notes", "deleteNote"]);
@@ -698,13 +711,18 @@ mod tests {
                 ("q".to_owned(), ValueKind::Number { integer: true })
             ]
         );
-        assert_eq!(args[1], ArgShape::Other(ValueKind::Number { integer: true }));
+        assert_eq!(
+            args[1],
+            ArgShape::Other(ValueKind::Number { integer: true })
+        );
         assert_eq!(args[2], ArgShape::Other(ValueKind::Unknown));
     }
 
     #[test]
     fn arguments_and_callbacks_inside_calls_are_visited() {
-        let u = uses("await tools.call('plugin:a:b', { x: await MCP.s.t({}) }); items.map(i => tools.get_x(i))");
+        let u = uses(
+            "await tools.call('plugin:a:b', { x: await MCP.s.t({}) }); items.map(i => tools.get_x(i))",
+        );
         let paths: Vec<Vec<String>> = u.iter().map(|u| u.path.clone()).collect();
         assert_eq!(paths, [vec!["call"], vec!["s", "t"], vec!["get_x"]]);
         assert_eq!(called(&u[0]).0[0], ArgShape::Str("plugin:a:b".into()));
