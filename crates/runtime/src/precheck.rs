@@ -232,15 +232,17 @@ fn contradicted_type(kind: ValueKind) -> impl Fn(&Value) -> Option<String> {
         if types.is_empty() || types.iter().any(|t| !known.contains(t)) {
             return None;
         }
-        let allowed = types.iter().any(|t| match (kind, *t) {
-            (ValueKind::String, "string")
-            | (ValueKind::Number { .. }, "number")
-            | (ValueKind::Number { integer: true }, "integer")
-            | (ValueKind::Boolean, "boolean")
-            | (ValueKind::Null, "null")
-            | (ValueKind::Array, "array")
-            | (ValueKind::Object, "object") => true,
-            _ => false,
+        let allowed = types.iter().any(|t| {
+            matches!(
+                (kind, *t),
+                (ValueKind::String, "string")
+                    | (ValueKind::Number { .. }, "number")
+                    | (ValueKind::Number { integer: true }, "integer")
+                    | (ValueKind::Boolean, "boolean")
+                    | (ValueKind::Null, "null")
+                    | (ValueKind::Array, "array")
+                    | (ValueKind::Object, "object")
+            )
         });
         (!allowed).then(|| types.join(" or "))
     }
