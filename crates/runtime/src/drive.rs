@@ -64,7 +64,13 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
         Ok(input) => {
             info.language = Some(input.language);
             let catalog = session.catalog();
-            let prepared = match prepare(&input)
+            let namespace_globals: Vec<String> = inner
+                .namespaces
+                .visible(&catalog)
+                .into_iter()
+                .map(|(_, registration)| registration.global_name.clone())
+                .collect();
+            let prepared = match prepare(&input, &namespace_globals)
                 .and_then(|prepared| prepared.check_names(&catalog).map(|()| prepared))
             {
                 Ok(prepared) => prepared,
@@ -95,11 +101,27 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 }
             };
             let mut state = RunState::new(session, call_id, input.language);
-            state.source_map = prepared.source_map;
+            state.source_map = prepared.source_map.clone();
             // The run's plugin namespaces: built and checked before any
             // cell code runs; a refused scope fails the exec.
             let context = match run_namespaces(session, &state) {
                 Ok(namespaces) => {
+                    if let Some(Err(refused)) = namespaces
+                        .as_ref()
+                        .map(|n| prepared.check_namespace_names(n))
+                    {
+                        drop(permit);
+                        let failed = CodeModeResult::Failed {
+                            error: refused.message,
+                            code: refused.code,
+                            output: Vec::new(),
+                            receipts: Receipts::default(),
+                            telemetry: Telemetry::default(),
+                        };
+                        let result =
+                            with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
+                        return record_call(session, call_id, "exec", result);
+                    }
                     let context = crate::guest_api::with_run_fields(
                         state.catalog.guest_context(),
                         state.handles.nonce(),

@@ -24,15 +24,7 @@ use crate::session::{CodeModeSession, McpServerCall, NestedCall, ToolExecutor, T
 /// # Errors
 /// The refusal's message.
 pub fn prepare(code: &str, typescript: bool) -> Result<String, String> {
-    let input = ExecInput {
-        code: code.to_owned(),
-        language: if typescript {
-            Language::TypeScript
-        } else {
-            Language::JavaScript
-        },
-    };
-    crate::prepare::prepare(&input)
+    crate::prepare::prepare(&exec_input(code, typescript), &[])
         .map(|cell| cell.code)
         .map_err(|refused| refused.message)
 }
@@ -47,17 +39,31 @@ pub fn prepare_and_check_names(
     typescript: bool,
     catalog: &Catalog,
 ) -> Result<String, String> {
-    let input = ExecInput {
+    crate::prepare::prepare(&exec_input(code, typescript), &[])
+        .and_then(|cell| cell.check_names(catalog).map(|()| cell.code))
+        .map_err(|refused| refused.message)
+}
+
+/// The source checks alone, without collecting names for the name check
+/// (the baseline the name check's cost is measured against).
+///
+/// # Errors
+/// The refusal's message.
+pub fn source_checks_only(code: &str, typescript: bool) -> Result<String, String> {
+    crate::prepare::prepare_watching(&exec_input(code, typescript), Vec::new())
+        .map(|cell| cell.code)
+        .map_err(|refused| refused.message)
+}
+
+fn exec_input(code: &str, typescript: bool) -> ExecInput {
+    ExecInput {
         code: code.to_owned(),
         language: if typescript {
             Language::TypeScript
         } else {
             Language::JavaScript
         },
-    };
-    crate::prepare::prepare(&input)
-        .and_then(|cell| cell.check_names(catalog).map(|()| cell.code))
-        .map_err(|refused| refused.message)
+    }
 }
 
 /// The catalog forged requests are tried against (the bridge's unit tests

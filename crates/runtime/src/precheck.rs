@@ -19,9 +19,14 @@ use serde_json::Value;
 
 use crate::catalog::Catalog;
 use crate::mcp::McpServerView;
+use crate::namespaces::RunNamespaces;
 
 /// The globals the check follows.
 pub(crate) const WATCHED_GLOBALS: [&str; 2] = ["MCP", "tools"];
+
+/// The global that holds every visible plugin namespace (each is also a
+/// global of its own name).
+pub(crate) const NAMESPACES_GLOBAL: &str = "namespaces";
 
 /// At most this many problems are listed in one refusal.
 const MAX_LISTED: usize = 8;
@@ -59,6 +64,93 @@ pub(crate) fn problems(refs: &CellReferences, catalog: &Catalog) -> Vec<Problem>
         }
     }
     found
+}
+
+/// Every provable mistake in the cell's calls of plugin namespace members
+/// (`Files.readFile(...)`, `namespaces.Files.readFile(...)`): a member the
+/// run's serialized scope does not have. Members of data, arrays and
+/// callables are left to run time, and so is calling a member that is not
+/// a callable.
+pub(crate) fn namespace_problems(
+    refs: &CellReferences,
+    namespaces: &RunNamespaces,
+) -> Vec<Problem> {
+    let trees: Vec<(&str, &Value)> = namespaces
+        .descriptors
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter_map(|d| Some((d.get(0)?.as_str()?, d.get(2)?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    for used in &refs.uses {
+        if !matches!(used.usage, Usage::Called { handled: false, .. }) {
+            continue;
+        }
+        let (global, path) = if used.root == NAMESPACES_GLOBAL {
+            match used.path.split_first() {
+                Some((global, rest)) => (global.as_str(), rest),
+                None => continue,
+            }
+        } else if trees.iter().any(|(g, _)| *g == used.root) {
+            (used.root.as_str(), used.path.as_slice())
+        } else {
+            continue;
+        };
+        if refs.mentioned(&used.root, &used.path) {
+            continue;
+        }
+        let message = match trees.iter().find(|(g, _)| *g == global) {
+            None => Some(format!(
+                "namespaces.{global} is not a plugin namespace of this run; its namespaces: {}",
+                trees.iter().map(|(g, _)| *g).collect::<Vec<_>>().join(", ")
+            )),
+            Some((_, tree)) => missing_member(global, tree, path),
+        };
+        if let Some(message) = message {
+            found.push(Problem {
+                line: used.line,
+                column: used.column,
+                message,
+            });
+        }
+    }
+    found
+}
+
+/// The first segment of `path` an object node of the scope tree does not
+/// have (`{o: [[key, node], ...]}`); `None` when the path exists or leaves
+/// the objects (data, arrays, callables).
+fn missing_member(global: &str, tree: &Value, path: &[String]) -> Option<String> {
+    let mut node = tree;
+    for (i, segment) in path.iter().enumerate() {
+        let members = node.get("o")?.as_array()?;
+        let keys: Vec<&str> = members.iter().filter_map(|m| m.get(0)?.as_str()).collect();
+        match members
+            .iter()
+            .find(|m| m.get(0).and_then(Value::as_str) == Some(segment.as_str()))
+        {
+            Some(member) => node = member.get(1)?,
+            None => {
+                let owner = std::iter::once(global)
+                    .chain(path[..i].iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(".");
+                let mut text = format!("{owner}.{segment} is not a member of {owner}");
+                let near = nearest(segment, keys.iter().copied());
+                if near.is_empty() {
+                    text.push_str(&format!("; its members: {}", keys.join(", ")));
+                } else {
+                    let hints: Vec<String> = near.iter().map(|n| format!("{owner}.{n}")).collect();
+                    text.push_str(&format!("; did you mean {}?", hints.join(", ")));
+                }
+                return Some(text);
+            }
+        }
+    }
+    None
 }
 
 /// The refusal for `problems` (non-empty), with positions mapped by `at`.

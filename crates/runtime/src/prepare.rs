@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use codemode_transform::{CellReferences, Dialect, MAX_NESTING_DEPTH, Transformed};
 
-use crate::precheck::WATCHED_GLOBALS;
+use crate::precheck::{NAMESPACES_GLOBAL, WATCHED_GLOBALS};
 
 use crate::config::Language;
 use crate::input::ExecInput;
@@ -46,7 +46,22 @@ impl PreparedCell {
     /// refusal (`invalid_input`) when the cell provably names something
     /// the run does not have.
     pub(crate) fn check_names(&self, catalog: &crate::catalog::Catalog) -> Result<(), Refused> {
-        let problems = crate::precheck::problems(&self.references, catalog);
+        self.refuse(crate::precheck::problems(&self.references, catalog))
+    }
+
+    /// The name check of the cell's plugin namespace calls against the
+    /// run's namespaces (after they are built, before the VM starts).
+    pub(crate) fn check_namespace_names(
+        &self,
+        namespaces: &crate::namespaces::RunNamespaces,
+    ) -> Result<(), Refused> {
+        self.refuse(crate::precheck::namespace_problems(
+            &self.references,
+            namespaces,
+        ))
+    }
+
+    fn refuse(&self, problems: Vec<crate::precheck::Problem>) -> Result<(), Refused> {
         if problems.is_empty() {
             return Ok(());
         }
@@ -74,18 +89,38 @@ impl Refused {
     }
 }
 
-pub(crate) fn prepare(input: &ExecInput) -> Result<PreparedCell, Refused> {
+/// Checks and transforms `input`; `namespace_globals` are the run's plugin
+/// namespace globals, whose static uses are collected for the name check
+/// too (besides `MCP` and `tools`).
+pub(crate) fn prepare(
+    input: &ExecInput,
+    namespace_globals: &[String],
+) -> Result<PreparedCell, Refused> {
+    let mut watched: Vec<String> = WATCHED_GLOBALS.iter().map(|g| (*g).to_owned()).collect();
+    if !namespace_globals.is_empty() {
+        watched.push(NAMESPACES_GLOBAL.to_owned());
+        watched.extend(namespace_globals.iter().cloned());
+    }
+    prepare_watching(input, watched)
+}
+
+/// [`prepare`], collecting the static uses of the `watched` globals (none:
+/// the source checks alone).
+pub(crate) fn prepare_watching(
+    input: &ExecInput,
+    watched: Vec<String>,
+) -> Result<PreparedCell, Refused> {
     let depth = codemode_transform::check_nesting(&input.code, MAX_NESTING_DEPTH)
         .map_err(|e| Refused::new(ErrorCode::InvalidInput, e.to_string()))?;
     if depth <= INLINE_NESTING && input.code.len() <= INLINE_BYTES {
-        return check_and_transform(&input.code, input.language);
+        return check_and_transform(&input.code, input.language, &watched);
     }
     let code = input.code.clone();
     let language = input.language;
     let checker = std::thread::Builder::new()
         .name("codemode-check".into())
         .stack_size(CHECKER_STACK_BYTES)
-        .spawn(move || check_and_transform(&code, language));
+        .spawn(move || check_and_transform(&code, language, &watched));
     match checker.map(std::thread::JoinHandle::join) {
         Ok(Ok(result)) => result,
         Ok(Err(_)) => Err(Refused::new(
@@ -99,7 +134,12 @@ pub(crate) fn prepare(input: &ExecInput) -> Result<PreparedCell, Refused> {
     }
 }
 
-fn check_and_transform(code: &str, language: Language) -> Result<PreparedCell, Refused> {
+fn check_and_transform(
+    code: &str,
+    language: Language,
+    watched: &[String],
+) -> Result<PreparedCell, Refused> {
+    let watched: Vec<&str> = watched.iter().map(String::as_str).collect();
     let dialect = match language {
         Language::JavaScript => Dialect::JavaScript,
         Language::TypeScript => Dialect::TypeScript,
@@ -111,12 +151,11 @@ fn check_and_transform(code: &str, language: Language) -> Result<PreparedCell, R
         .map_err(|e| Refused::new(ErrorCode::ModuleAccessDenied, e.to_string()))?;
     match language {
         Language::JavaScript => {
-            let references =
-                codemode_transform::check_cell_body_with_references(code, &WATCHED_GLOBALS)
-                    .map_err(|e| Refused {
-                        code: None,
-                        message: e.to_string(),
-                    })?;
+            let references = codemode_transform::check_cell_body_with_references(code, &watched)
+                .map_err(|e| Refused {
+                    code: None,
+                    message: e.to_string(),
+                })?;
             Ok(PreparedCell {
                 code: code.to_owned(),
                 source_map: None,
@@ -125,10 +164,7 @@ fn check_and_transform(code: &str, language: Language) -> Result<PreparedCell, R
         }
         Language::TypeScript => match codemode_transform::transform_typescript(code) {
             Ok(transformed) => Ok(PreparedCell {
-                references: codemode_transform::cell_references(
-                    &transformed.code,
-                    &WATCHED_GLOBALS,
-                ),
+                references: codemode_transform::cell_references(&transformed.code, &watched),
                 code: transformed.code.clone(),
                 source_map: Some(Arc::new(transformed)),
             }),

@@ -382,3 +382,49 @@ async fn the_scope_factory_sees_the_run() {
     );
     assert!(run.unwrap().starts_with("run-"));
 }
+
+#[tokio::test]
+async fn a_misspelled_namespace_member_fails_before_the_first_call() {
+    let runtime = runtime();
+    runtime
+        .namespaces()
+        .register("github", issues(github_scope))
+        .unwrap();
+    for (cell, expected) in [
+        (
+            "await Issues.list({});\nawait Issues.updat(7, {});",
+            "line 2, column 7: Issues.updat is not a member of Issues; did you mean Issues.update?",
+        ),
+        (
+            "await Issues.list({});\nawait namespaces.Issues.open.counts({});",
+            "Issues.open.counts is not a member of Issues.open; did you mean Issues.open.count?",
+        ),
+        (
+            "await namespaces.Isues.list({});",
+            "namespaces.Isues is not a plugin namespace of this run; its namespaces: Issues",
+        ),
+    ] {
+        let calls = executor();
+        let s = session(&runtime, github_tools(), calls.clone());
+        let r = exec(&s, cell).await;
+        assert_eq!(r["code"], "invalid_input", "{cell}: {r}");
+        assert!(r["error"].as_str().unwrap().contains(expected), "{r}");
+        assert_eq!(calls.call_count(), 0, "{cell}: nothing ran");
+    }
+    // Not provable: data members, computed members, guarded names.
+    let calls = executor();
+    let s = session(&runtime, github_tools(), calls.clone());
+    let r = exec(
+        &s,
+        r#"
+        const out = [Issues.repository.name];
+        if (Issues.close) out.push(await Issues.close(1));
+        const which = "list";
+        out.push(await Issues[which]({ n: 1 }));
+        try { await Issues.again[0].missing(); } catch (e) { out.push(e.constructor.name); }
+        return out;"#,
+    )
+    .await;
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["value"], json!(["app", { "n": 1 }, "TypeError"]));
+}

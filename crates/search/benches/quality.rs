@@ -13,21 +13,14 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
-use codemode_search::{Document, Index};
+mod common;
+use common::Tool;
 use serde_json::Value;
 
 const TOOLS_FILE: &str = "livemcpbench.tools.json5";
 const QUERIES_FILE: &str = "livemcpbench.queries.json";
 /// Hits looked at per query.
 const DEPTH: usize = 10;
-
-struct Tool {
-    name: String,
-    id: String,
-    description: String,
-    parameters: Vec<String>,
-    owner: String,
-}
 
 struct Query {
     suite: String,
@@ -257,14 +250,7 @@ fn main() -> Result<(), String> {
     let tools = load_tools(&tools_text)?;
     let queries = load_queries(&queries_text)?;
 
-    let index = Index::build(tools.iter().map(|t| Document {
-        name: &t.name,
-        id: &t.id,
-        title: None,
-        description: &t.description,
-        parameters: t.parameters.iter().map(String::as_str).collect(),
-        owner: &t.owner,
-    }));
+    let index = common::build(&tools);
     let bm25 = Bm25::build(&tools);
 
     let mut rows: BTreeMap<String, (Metrics, Metrics)> = BTreeMap::new();

@@ -10,7 +10,8 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use codemode_search::{Document, Index};
+mod common;
+use common::{Tool, build};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 const OWNERS: &[&str] = &[
@@ -279,14 +280,6 @@ impl Rng {
     }
 }
 
-struct Tool {
-    name: String,
-    id: String,
-    description: String,
-    parameters: Vec<String>,
-    owner: String,
-}
-
 fn camel(words: &[&str]) -> String {
     let mut out = String::new();
     for (i, w) in words.iter().flat_map(|w| w.split('_')).enumerate() {
@@ -356,17 +349,6 @@ fn catalog(size: usize) -> Vec<Tool> {
             }
         })
         .collect()
-}
-
-fn build(tools: &[Tool]) -> Index {
-    Index::build(tools.iter().map(|t| Document {
-        name: &t.name,
-        id: &t.id,
-        title: None,
-        description: &t.description,
-        parameters: t.parameters.iter().map(String::as_str).collect(),
-        owner: &t.owner,
-    }))
 }
 
 fn queries(tools: &[Tool]) -> Vec<(&'static str, String)> {
