@@ -196,10 +196,11 @@ fn mcp_call(
         return None;
     }
     match server.tools.iter().find(|t| &t.js_name == tool_name) {
-        Some(tool) => {
-            let label = format!("MCP.{}.{}", server.js_name, tool.js_name);
-            input_problem(&label, &tool.entry.parameters, args.first())
-        }
+        Some(tool) => input_problem(
+            || format!("MCP.{}.{}", server.js_name, tool.js_name),
+            &tool.entry.parameters,
+            args.first(),
+        ),
         None if refs.mentioned("MCP", &used.path) => None,
         None => Some(server.unknown_tool_message(tool_name, namespace.servers())),
     }
@@ -226,7 +227,7 @@ fn tools_call(
         "call" => match args.first() {
             Some(ArgShape::Str(id)) => match catalog.callable(id) {
                 Ok(entry) => input_problem(
-                    &format!("tools.call(\"{id}\")"),
+                    || format!("tools.call(\"{id}\")"),
                     &entry.parameters,
                     args.get(1),
                 ),
@@ -236,7 +237,7 @@ fn tools_call(
         },
         _ => match catalog.conveniences().iter().find(|(n, _)| n == name) {
             Some((_, id)) => catalog.get(id).and_then(|entry| {
-                input_problem(&format!("tools.{name}"), &entry.parameters, args.first())
+                input_problem(|| format!("tools.{name}"), &entry.parameters, args.first())
             }),
             None if refs.mentioned("tools", &used.path) => None,
             None => Some(catalog.unknown_convenience_message(name)),
@@ -245,7 +246,12 @@ fn tools_call(
 }
 
 /// What is provably wrong with `arg` as the input of a tool with `schema`.
-fn input_problem(label: &str, schema: &Value, arg: Option<&ArgShape>) -> Option<String> {
+/// `label` names the call; it is only built for a problem.
+fn input_problem(
+    label: impl Fn() -> String,
+    schema: &Value,
+    arg: Option<&ArgShape>,
+) -> Option<String> {
     let Some(ArgShape::Object(shape)) = arg else {
         return None;
     };
@@ -289,7 +295,8 @@ fn input_problem(label: &str, schema: &Value, arg: Option<&ArgShape>) -> Option<
         return None;
     }
     Some(format!(
-        "{label}: {}; see its schema with tools.describe(id), API.read(\"mcp/<server>.d.ts\") or MCP.<server>.$api(\"<tool>\")",
+        "{}: {}; see its schema with tools.describe(id), API.read(\"mcp/<server>.d.ts\") or MCP.<server>.$api(\"<tool>\")",
+        label(),
         wrong.join("; ")
     ))
 }

@@ -22,8 +22,6 @@ use oxc_ast_visit::{Visit, walk};
 use oxc_semantic::ScopeFlags;
 use oxc_span::GetSpan;
 
-use crate::line_column;
-
 /// At most this many uses are reported per cell (a generated cell with
 /// thousands of calls keeps the check's cost bounded).
 pub const MAX_REPORTED_USES: usize = 4096;
@@ -148,6 +146,9 @@ pub(crate) fn collect(
     let mut collector = Collector {
         watched,
         text,
+        line_starts: std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect(),
         shift,
         uses: Vec::new(),
         bindings: HashSet::new(),
@@ -174,6 +175,9 @@ pub(crate) fn collect(
 struct Collector<'w, 't> {
     watched: &'w [&'w str],
     text: &'t str,
+    /// Byte offsets where each line of `text` starts: a use's position is
+    /// a binary search, not a scan from the top per use.
+    line_starts: Vec<usize>,
     shift: usize,
     uses: Vec<GlobalUse>,
     /// Every name the cell binds anywhere: a watched global bound by the
@@ -281,7 +285,18 @@ impl Collector<'_, '_> {
         if self.uses.len() >= MAX_REPORTED_USES {
             return;
         }
-        let (line, column) = line_column(self.text, offset as usize);
+        let offset = (offset as usize).min(self.text.len());
+        let line_index = self
+            .line_starts
+            .partition_point(|&start| start <= offset)
+            .saturating_sub(1);
+        let line_start = self.line_starts.get(line_index).copied().unwrap_or(0);
+        let line = line_index as u32 + 1;
+        let column = self
+            .text
+            .get(line_start..offset)
+            .map_or(0, |s| s.encode_utf16().count()) as u32
+            + 1;
         let column = if line == 1 {
             column.saturating_sub(self.shift as u32).max(1)
         } else {
@@ -614,6 +629,21 @@ mod tests {
                 ("t", ValueKind::String),
             ]
         );
+    }
+
+    #[test]
+    fn positions_agree_with_line_column() {
+        let cell = "const é = 1;\n\n  await MCP.a.b({});\r\n\tx(MCP.c.d)";
+        let wrapped = format!("{}{cell}{}", crate::CELL_PREFIX, crate::CELL_SUFFIX);
+        for u in uses(cell) {
+            let needle = format!("MCP.{}", u.path.join("."));
+            let at = wrapped.find(&needle).unwrap();
+            assert_eq!(
+                (u.line, u.column),
+                crate::line_column(cell, at - crate::CELL_PREFIX.len()),
+                "{needle}"
+            );
+        }
     }
 
     #[test]
