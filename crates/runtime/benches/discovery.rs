@@ -138,6 +138,26 @@ fn bench(c: &mut Criterion) {
             b.iter(|| prepare_and_check_names(&cell, false, &catalog).unwrap());
         },
     );
+    // Hostile: thousands of names, each feature-tested and called.
+    let hostile: String = (0..2000)
+        .map(|i| {
+            format!(
+                "if (MCP.server{}.nope{i}) await MCP.server{}.nope{i}({{ id: 'a' }});\n",
+                i % 20,
+                i % 20
+            )
+        })
+        .collect();
+    prepare_and_check_names(&hostile, false, &catalog).expect("guarded names are left to run time");
+    c.bench_function(
+        "name check of a hostile cell: 2,000 guarded unknown calls",
+        |b| {
+            b.iter(|| prepare_and_check_names(&hostile, false, &catalog).unwrap());
+        },
+    );
+    c.bench_function("source checks only of that cell", |b| {
+        b.iter(|| source_checks_only(&hostile, false).unwrap());
+    });
 }
 
 criterion_group! {

@@ -39,10 +39,15 @@ pub(crate) struct Problem {
     pub(crate) message: String,
 }
 
-/// Every provable mistake in `refs` against `catalog`, in source order.
+/// The provable mistakes in `refs` against `catalog`, in source order: at
+/// most [`MAX_LISTED`] + 1 (the refusal lists the first ones; finding
+/// suggestions for thousands would cost more than they are worth).
 pub(crate) fn problems(refs: &CellReferences, catalog: &Catalog) -> Vec<Problem> {
     let mut found = Vec::new();
     for used in &refs.uses {
+        if found.len() > MAX_LISTED {
+            break;
+        }
         let Usage::Called {
             args,
             handled: false,
@@ -86,6 +91,9 @@ pub(crate) fn namespace_problems(
         .unwrap_or_default();
     let mut found = Vec::new();
     for used in &refs.uses {
+        if found.len() > MAX_LISTED {
+            break;
+        }
         if !matches!(used.usage, Usage::Called { handled: false, .. }) {
             continue;
         }
@@ -163,7 +171,7 @@ pub(crate) fn refusal(problems: &[Problem], at: impl Fn(u32, u32) -> (u32, u32))
         text.push_str(&format!("\n- line {line}, column {column}: {}", p.message));
     }
     if problems.len() > MAX_LISTED {
-        text.push_str(&format!("\n- and {} more", problems.len() - MAX_LISTED));
+        text.push_str("\n- and more: fix these and run the cell again");
     }
     text
 }
@@ -710,6 +718,9 @@ mod tests {
         ];
         let text = refusal(&problems, |l, c| (l + 1, c));
         assert!(text.contains("\n- line 3, column 7: a"));
-        assert!(text.ends_with("\n- and 2 more"), "{text}");
+        assert!(
+            text.ends_with("\n- and more: fix these and run the cell again"),
+            "{text}"
+        );
     }
 }

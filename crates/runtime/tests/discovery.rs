@@ -283,3 +283,26 @@ async fn the_exec_description_points_at_api_search() {
             .contains("tools.search(query, {limit}) ranks tools;")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cell_of_thousands_of_wrong_names_gets_a_short_refusal() {
+    let executor = executor();
+    let s = session(executor.clone());
+    let cell: String = (0..3000)
+        .map(|i| format!("if (MCP.x{i}) {{}} await MCP.notes.missing{i}({{ id: 'a' }});\n"))
+        .collect();
+    let r = exec_in("javascript", &s, &cell).await;
+    assert_eq!(r["code"], "invalid_input", "{r}");
+    let error = r["error"].as_str().unwrap();
+    assert_eq!(error.matches("\n- line ").count(), 8, "{error}");
+    assert!(
+        error.ends_with("- and more: fix these and run the cell again"),
+        "{error}"
+    );
+    // Guarded, the same names are left to run time.
+    let guarded: String = (0..3000)
+        .map(|i| format!("if (MCP.notes.missing{i}) await MCP.notes.missing{i}({{ id: 'a' }}).catch(() => null);\n"))
+        .collect();
+    let r = exec_in("javascript", &s, &format!("{guarded}\nreturn 1")).await;
+    assert_ne!(r["code"], "invalid_input", "{r}");
+}

@@ -24,29 +24,62 @@ use oxc_span::GetSpan;
 
 /// At most this many uses are reported per cell (a generated cell with
 /// thousands of calls keeps the check's cost bounded).
-pub const MAX_REPORTED_USES: usize = 4096;
+pub const MAX_REPORTED_USES: usize = 2048;
 
 /// What a cell names of the watched globals.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CellReferences {
     /// Every use, in source order.
     pub uses: Vec<GlobalUse>,
+    /// The mentioned paths, indexed once (see [`CellReferences::mentioned`]).
+    guards: Guards,
+}
+
+/// Mentioned paths as `root\0seg\0seg` keys: whole paths, and every
+/// non-empty prefix of them.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Guards {
+    whole: HashSet<String>,
+    prefixes: HashSet<String>,
+}
+
+fn guard_key(root: &str, path: &[String]) -> String {
+    let mut key = root.to_owned();
+    for segment in path {
+        key.push('\0');
+        key.push_str(segment);
+    }
+    key
 }
 
 impl CellReferences {
-    /// Whether some use other than `except` mentions `root.path` (or a
-    /// longer path starting with it) as a value: a feature test, an
-    /// optional chain, a value passed on. A call the cell guards that way
-    /// is not provably wrong.
-    pub fn mentioned(&self, root: &str, path: &[String]) -> bool {
+    fn new(uses: Vec<GlobalUse>) -> CellReferences {
+        let mut guards = Guards::default();
         // The bare global (`Object.keys(MCP)`) and computed members guard
         // no particular name.
-        self.uses.iter().any(|u| {
-            u.usage == Usage::Mentioned
-                && u.root == root
-                && !u.path.is_empty()
-                && (path.starts_with(&u.path) || u.path.starts_with(path))
-        })
+        for u in uses
+            .iter()
+            .filter(|u| u.usage == Usage::Mentioned && !u.path.is_empty())
+        {
+            guards.whole.insert(guard_key(&u.root, &u.path));
+            for k in 1..=u.path.len() {
+                guards.prefixes.insert(guard_key(&u.root, &u.path[..k]));
+            }
+        }
+        CellReferences { uses, guards }
+    }
+
+    /// Whether the cell mentions `root.path`, a path it starts with, or a
+    /// longer path starting with it, as a value: a feature test, an
+    /// optional chain, a value passed on. A call the cell guards that way
+    /// is not provably wrong. Hash lookups: a cell with thousands of names
+    /// costs no quadratic scan.
+    pub fn mentioned(&self, root: &str, path: &[String]) -> bool {
+        if path.is_empty() {
+            return false;
+        }
+        self.guards.prefixes.contains(&guard_key(root, path))
+            || (1..=path.len()).any(|k| self.guards.whole.contains(&guard_key(root, &path[..k])))
     }
 }
 
@@ -164,12 +197,11 @@ pub(crate) fn collect(
         return CellReferences::default();
     }
     let Collector { uses, bindings, .. } = collector;
-    CellReferences {
-        uses: uses
-            .into_iter()
+    CellReferences::new(
+        uses.into_iter()
             .filter(|u| !bindings.contains(u.root.as_str()))
             .collect(),
-    }
+    )
 }
 
 struct Collector<'w, 't> {
