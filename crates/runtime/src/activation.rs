@@ -17,12 +17,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::catalog::surface::{ModelTool, model_tools_with};
 use crate::catalog::{Catalog, CatalogError, ToolDefinition, ToolPolicy};
 use crate::config::{CodeModeConfig, ConfigError};
 use crate::debug::DebugSwitches;
 use crate::result::{CodeModeResult, ErrorCode, Telemetry};
 use crate::runtime::CodeModeRuntime;
-use crate::surface::{ModelTool, model_tools_with};
 
 /// What kind of model call a run makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +143,7 @@ pub fn activate(
     let model_tools = model_tools_with(
         config,
         &catalog,
-        &crate::namespaces::describe_for_model(&visible),
+        &crate::catalog::namespaces::describe_for_model(&visible),
     );
     if debug.code_mode {
         tracing::info!(

@@ -8,15 +8,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::bridge::handle_request;
-use crate::calls::Cancel;
+use crate::catalog::mcp::McpServerInfo;
 use crate::catalog::{Catalog, ToolDefinition, ToolPolicy, ToolSource};
 use crate::config::{CodeModeConfig, Language};
+use crate::executor::{McpServerCall, NestedCall, ToolExecutor, ToolFuture};
 use crate::input::ExecInput;
-use crate::mcp::McpServerInfo;
-use crate::run_state::{DriveCtx, RunState};
+use crate::run::bridge::handle_request;
+use crate::run::calls::Cancel;
+use crate::run::env::DriveCtx;
 use crate::runtime::CodeModeRuntime;
-use crate::session::{CodeModeSession, McpServerCall, NestedCall, ToolExecutor, ToolFuture};
+use crate::session::CodeModeSession;
 
 /// The pre-VM checks exactly as `exec` runs them: the cell to run, or the
 /// refusal message.
@@ -24,7 +25,7 @@ use crate::session::{CodeModeSession, McpServerCall, NestedCall, ToolExecutor, T
 /// # Errors
 /// The refusal's message.
 pub fn prepare(code: &str, typescript: bool) -> Result<String, String> {
-    crate::prepare::prepare(&exec_input(code, typescript), &[])
+    crate::run::prepare::prepare(&exec_input(code, typescript), &[])
         .map(|cell| cell.code)
         .map_err(|refused| refused.message)
 }
@@ -39,7 +40,7 @@ pub fn prepare_and_check_names(
     typescript: bool,
     catalog: &Catalog,
 ) -> Result<String, String> {
-    crate::prepare::prepare(&exec_input(code, typescript), &[])
+    crate::run::prepare::prepare(&exec_input(code, typescript), &[])
         .and_then(|cell| cell.check_names(catalog).map(|()| cell.code))
         .map_err(|refused| refused.message)
 }
@@ -50,7 +51,7 @@ pub fn prepare_and_check_names(
 /// # Errors
 /// The refusal's message.
 pub fn source_checks_only(code: &str, typescript: bool) -> Result<String, String> {
-    crate::prepare::prepare_watching(&exec_input(code, typescript), Vec::new())
+    crate::run::prepare::prepare_watching(&exec_input(code, typescript), Vec::new())
         .map(|cell| cell.code)
         .map_err(|refused| refused.message)
 }
@@ -181,16 +182,17 @@ impl BridgeFuzzer {
     /// one), or was left unanswered without starting a call.
     pub fn answer(&self, bytes: &[u8]) {
         let _entered = self.tokio.enter();
+        let env = self.session.env();
         let ctx = DriveCtx {
             progress: None,
             limits: Default::default(),
             deadline: Instant::now() + Duration::from_secs(10),
             handle: self.tokio.handle().clone(),
-            scope: Arc::clone(&self.session.scope),
-            inner: Arc::clone(&self.session.runtime.inner),
+            scope: Arc::clone(&env.scope),
+            host: Arc::clone(&env.host),
         };
-        let mut state = RunState::new(&self.session, "exec_fuzz", Language::JavaScript);
-        state.namespaces = crate::drive::run_namespaces(&self.session, &state).unwrap_or(None);
+        let mut state = env.new_run("exec_fuzz", Language::JavaScript);
+        state.namespaces = env.run_namespaces(&state).unwrap_or(None);
         let mut ready = VecDeque::new();
         let payload = codemode_sandbox::parse_guest_json(bytes);
         let method = payload

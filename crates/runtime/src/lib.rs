@@ -59,60 +59,48 @@
 //!   expiry, run end and shutdown cancel in-flight calls and drop snapshots.
 
 mod activation;
-mod bridge;
-mod calls;
 mod catalog;
 mod config;
 mod control;
 pub mod debug;
-mod declarations;
-mod drain;
-mod drive;
-mod durable;
+mod executor;
 #[doc(hidden)]
 pub mod fuzzing;
-mod guest_api;
 mod handles;
 mod input;
-mod mcp;
-pub mod namespaces;
-mod outcome;
 mod payload;
-mod precheck;
-mod prepare;
 pub mod progress;
-mod request;
 mod result;
-mod resume;
-mod run_state;
+mod run;
 mod runtime;
 mod session;
 mod slots;
-mod store;
-mod surface;
 mod trajectory;
 
+pub use catalog::namespaces;
+
 pub use activation::{ActivationError, ModelSurface, RunKind, activate, activate_document};
+pub use catalog::surface::{
+    ExecHookMetadata, ModelTool, SurfaceError, check_model_tools, exec_hook_metadata, model_tools,
+    result_schema,
+};
 pub use catalog::{
     CONTROL_TOOL_NAMES, Catalog, CatalogEntry, CatalogError, Excluded, ToolDefinition, ToolPolicy,
     ToolSource, glob_matches,
 };
 /// The run store interface and its durable backends.
 pub use codemode_store;
+pub use executor::live::CallCanceller;
+pub use executor::{
+    McpServerCall, NestedCall, RunContext, ToolCallError, ToolExecutor, ToolFuture,
+};
 pub use namespaces::{
     NamespaceError, NamespaceRegistration, NamespaceRegistry, ScopeContext, ScopeValue,
     namespace_tool, namespace_tool_with,
 };
 pub use payload::{PayloadError, PayloadShape};
 pub use progress::{CallProgress, ProgressSink, ProgressUpdate};
-pub use session::{
-    CallCanceller, CodeModeSession, McpMethod, McpServerCall, NestedCall, RunContext,
-    ToolCallError, ToolExecutor, ToolFuture,
-};
-pub use surface::{
-    ExecHookMetadata, ModelTool, SurfaceError, check_model_tools, exec_hook_metadata, model_tools,
-    result_schema,
-};
+pub use session::CodeModeSession;
 pub use trajectory::{Trajectory, TrajectoryEvent};
 
 /// Whether the TypeScript transformer was ever set up in this process: it is
@@ -121,18 +109,21 @@ pub fn typescript_transformer_initialised() -> bool {
     codemode_transform::typescript_transformer_initialised()
 }
 
+pub use catalog::declarations::{ApiFile, ApiFiles, ApiPathError};
+pub use catalog::guest_api::guest_api;
+pub use catalog::mcp::{
+    McpMethod, McpNamespace, McpServerInfo, McpServerView, McpToolView, js_identifier,
+};
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use control::{
     ApprovalDecision, ApprovalError, ApprovalFuture, ApprovalRequest, Approver, HookDecision,
     HookFuture, MAX_INPUT_SUMMARY_BYTES, PendingApproval, ToolCallEvent, ToolCallRecord, ToolHooks,
     input_summary,
 };
-pub use declarations::{ApiFile, ApiFiles, ApiPathError};
-pub use guest_api::guest_api;
 pub use input::{ExecInput, InputError, WaitInput};
-pub use mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView, js_identifier};
 pub use result::{
     CallOutcome, CallReceipt, CodeModeResult, ErrorCode, MAX_CALL_RECEIPTS, Output,
     PendingToolCall, Receipts, SnapshotEvent, Telemetry, WaitReason,
 };
-pub use runtime::{CodeModeRuntime, DurableStore, RuntimeError, RuntimeOptions};
+pub use run::host::{DurableStore, RuntimeOptions};
+pub use runtime::{CodeModeRuntime, RuntimeError};

@@ -11,84 +11,13 @@ use serde_json::Value;
 
 use crate::catalog::Catalog;
 use crate::config::CodeModeConfig;
+use crate::executor::live::{ScopeEnd, ScopeState};
+use crate::executor::{NoTools, RunContext, Scope, ToolExecutor};
 use crate::result::CodeModeResult;
-use crate::session::{CodeModeSession, NoTools, RunContext, Scope, ScopeState, ToolExecutor};
+use crate::run::host::{Host, RuntimeOptions};
+use crate::run::store::{RunStore, StoreLimits};
+use crate::session::CodeModeSession;
 use crate::slots::ProcessSlots;
-use crate::store::{RunStore, StoreLimits};
-
-/// Process-level options beyond `tools.codeMode`.
-#[derive(Debug, Clone)]
-pub struct RuntimeOptions {
-    /// Sandbox engine settings (module cache folder, live VM slots). Its
-    /// `guest_api` is ignored: the runtime always builds its sandbox with
-    /// its own guest API ([`crate::guest_api()`]), which its bridge answers.
-    pub sandbox: SandboxConfig,
-    /// Suspended runs held at once; a run that would exceed it fails with
-    /// `snapshot_limit_exceeded` and a message saying so.
-    pub max_suspended_runs: usize,
-    /// Suspended runs one scope (session / agent run) may hold at once, so
-    /// one client cannot fill the process's store; past it the exec fails
-    /// with `snapshot_limit_exceeded`.
-    pub max_suspended_runs_per_scope: usize,
-    /// Snapshot bytes all suspended runs may hold together
-    /// (`maxStoreBytes`); a suspend past it fails with
-    /// `snapshot_limit_exceeded` naming the limit.
-    pub max_store_bytes: usize,
-    /// Snapshot bytes one scope's suspended runs may hold together.
-    pub max_store_bytes_per_scope: usize,
-    /// Live VMs (running execs and waits) one scope may hold at once
-    /// (`maxLiveVmsPerSession`), out of the sandbox's `max_live_vms`.
-    pub max_live_vms_per_scope: usize,
-    /// How long an exec or wait queues for a live-VM slot (its scope's
-    /// share, then the process's) before failing with
-    /// `runtime_unavailable`.
-    pub vm_queue_timeout: Duration,
-    /// The largest nested tool result (as JSON) the bridge delivers into a
-    /// VM as a value; larger results reject the call with a clear message
-    /// (unless they are held as handles, see below).
-    pub max_tool_result_bytes: usize,
-    /// Nested results whose JSON is larger than this enter the VM as a
-    /// handle (`bytes`, `text(start, end)`, `find`, `json()`) and stay on
-    /// the host.
-    pub result_handle_bytes: usize,
-    /// Bytes of results one run may hold as handles (released with the
-    /// run); past it a large result rejects its call.
-    pub max_held_result_bytes: usize,
-    /// Where waiting runs are also kept, beyond this process's memory: the
-    /// embedded file store or Redis ([`codemode_store::open`]). `None`
-    /// (the default): runs live in memory only and end with the process.
-    pub durable_store: Option<DurableStore>,
-}
-
-/// A durable run store for [`RuntimeOptions::durable_store`].
-#[derive(Clone)]
-pub struct DurableStore(pub Arc<dyn codemode_store::RunBackend>);
-
-impl std::fmt::Debug for DurableStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("DurableStore")
-            .field(&self.0.describe())
-            .finish()
-    }
-}
-
-impl Default for RuntimeOptions {
-    fn default() -> Self {
-        RuntimeOptions {
-            sandbox: SandboxConfig::default(),
-            max_suspended_runs: 1024,
-            max_suspended_runs_per_scope: 256,
-            max_store_bytes: 1 << 30,
-            max_store_bytes_per_scope: 256 << 20,
-            max_live_vms_per_scope: 16,
-            vm_queue_timeout: Duration::from_secs(5),
-            max_tool_result_bytes: 4 << 20,
-            result_handle_bytes: 1 << 20,
-            max_held_result_bytes: 128 << 20,
-            durable_store: None,
-        }
-    }
-}
 
 /// The runtime could not be built (`runtime_unavailable`): code mode then
 /// fails closed instead of exposing tools directly.
@@ -112,35 +41,7 @@ pub struct RuntimeError(#[from] pub SandboxError);
 /// ```
 #[derive(Clone)]
 pub struct CodeModeRuntime {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) config: CodeModeConfig,
-    pub(crate) options: RuntimeOptions,
-    pub(crate) sandbox: Sandbox,
-    pub(crate) store: RunStore,
-    /// The durable store, if runs outlive the process.
-    pub(crate) durable: Option<crate::durable::Durable>,
-    pub(crate) slots: ProcessSlots,
-    scopes: Mutex<HashMap<Scope, Weak<ScopeState>>>,
-    /// The scope of [`CodeModeRuntime::exec`] / [`CodeModeRuntime::wait`].
-    default_scope: Arc<ScopeState>,
-    empty_catalog: Arc<Catalog>,
-    /// Calls awaiting approval, in every scope.
-    pub(crate) approvals: Arc<crate::control::ApprovalRegistry>,
-    /// Plugin namespaces.
-    pub(crate) namespaces: crate::namespaces::NamespaceRegistry,
-}
-
-impl Inner {
-    /// Drops the map entry of a scope whose last session is gone.
-    pub(crate) fn forget_scope(&self, scope: &Scope) {
-        let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
-        if scopes.get(scope).is_some_and(|w| w.strong_count() == 0) {
-            scopes.remove(scope);
-        }
-    }
+    pub(crate) inner: Arc<Host>,
 }
 
 impl std::fmt::Debug for CodeModeRuntime {
@@ -169,7 +70,7 @@ impl CodeModeRuntime {
         options: RuntimeOptions,
     ) -> Result<CodeModeRuntime, RuntimeError> {
         let sandbox = Sandbox::new(SandboxConfig {
-            guest_api: crate::guest_api::guest_api(),
+            guest_api: crate::catalog::guest_api::guest_api(),
             ..options.sandbox.clone()
         })?;
         let slots = ProcessSlots::new(
@@ -178,7 +79,7 @@ impl CodeModeRuntime {
             options.vm_queue_timeout,
         );
         let default_slots = slots.scope_slots();
-        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+        let inner = Arc::new_cyclic(|weak: &Weak<Host>| Host {
             config,
             sandbox,
             store: RunStore::new(
@@ -193,7 +94,7 @@ impl CodeModeRuntime {
             durable: options
                 .durable_store
                 .as_ref()
-                .map(|d| crate::durable::Durable {
+                .map(|d| crate::run::durable::Durable {
                     backend: Arc::clone(&d.0),
                     bounds: codemode_store::Bounds {
                         max_runs: options.max_suspended_runs,
@@ -206,11 +107,11 @@ impl CodeModeRuntime {
             default_scope: Arc::new(ScopeState::new(
                 Scope::of(&RunContext::default()),
                 default_slots,
-                weak.clone(),
+                weak.clone() as Weak<dyn ScopeEnd>,
             )),
             empty_catalog: Arc::new(Catalog::empty()),
             approvals: Arc::default(),
-            namespaces: crate::namespaces::NamespaceRegistry::default(),
+            namespaces: crate::catalog::namespaces::NamespaceRegistry::default(),
         });
         start_reaper(Arc::downgrade(&inner));
         Ok(CodeModeRuntime { inner })
@@ -218,7 +119,7 @@ impl CodeModeRuntime {
 
     /// The plugin namespaces of this runtime: register them from trusted
     /// plugin code; runs see those whose tools they have.
-    pub fn namespaces(&self) -> &crate::namespaces::NamespaceRegistry {
+    pub fn namespaces(&self) -> &crate::catalog::namespaces::NamespaceRegistry {
         &self.inner.namespaces
     }
 
@@ -283,14 +184,20 @@ impl CodeModeRuntime {
                     let scope = Arc::new(ScopeState::new(
                         scope_key.clone(),
                         self.inner.slots.scope_slots(),
-                        Arc::downgrade(&self.inner),
+                        Arc::downgrade(&self.inner) as Weak<dyn ScopeEnd>,
                     ));
                     scopes.insert(scope_key, Arc::downgrade(&scope));
                     scope
                 }
             }
         };
-        CodeModeSession::new(self.clone(), scope, context, catalog.into(), executor)
+        CodeModeSession::new(
+            Arc::clone(&self.inner),
+            scope,
+            context,
+            catalog.into(),
+            executor,
+        )
     }
 
     /// Every call awaiting approval in this process, in every session (for
@@ -362,7 +269,7 @@ impl CodeModeRuntime {
 
     fn default_session(&self) -> CodeModeSession {
         CodeModeSession::new(
-            self.clone(),
+            Arc::clone(&self.inner),
             Arc::clone(&self.inner.default_scope),
             RunContext::default(),
             Arc::clone(&self.inner.empty_catalog),
@@ -384,7 +291,7 @@ impl CodeModeRuntime {
 /// Expires suspended runs on a timer, so an expired run's snapshot and
 /// in-flight calls are released when its TTL passes, not at the next store
 /// access. The thread ends with the runtime.
-fn start_reaper(inner: Weak<Inner>) {
+fn start_reaper(inner: Weak<Host>) {
     const TICK: Duration = Duration::from_millis(500);
     let spawned = std::thread::Builder::new()
         .name("codemode-reaper".into())

@@ -1,377 +1,20 @@
 //! The embedding surface for one agent run: its context, its catalog, the
 //! executor that runs nested calls, and the model-visible `exec` / `wait`.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, PoisonError, RwLock};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::catalog::{Catalog, CatalogEntry};
+use crate::catalog::Catalog;
+use crate::catalog::surface::{self, ModelTool};
 use crate::control::{ApprovalDecision, ApprovalError, Approver, PendingApproval, ToolHooks};
+use crate::executor::live::{CallCanceller, ScopeState};
+use crate::executor::{RunContext, ToolExecutor};
 use crate::result::CodeModeResult;
-use crate::runtime::{CodeModeRuntime, Inner};
-use crate::surface::{self, ModelTool};
+use crate::run::env::RunEnv;
+use crate::run::host::Host;
 use crate::trajectory::Trajectory;
-
-/// Who and where a run is: carried into every nested call, and the scope
-/// that suspended runs are bound to (a `wait` from another agent, session
-/// or run is refused).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunContext {
-    /// The active agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_id: Option<String>,
-    /// The session id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
-    /// The session key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_key: Option<String>,
-    /// The agent run this session serves (the host's id for one run of the
-    /// agent: one [`CodeModeSession`]). Not the `runId` of a waiting code
-    /// mode run ([`crate::CodeModeResult::Waiting`]), which names one
-    /// suspended exec inside it. Serialized as `runId` (the contract's name).
-    #[serde(default, rename = "runId", skip_serializing_if = "Option::is_none")]
-    pub agent_run_id: Option<String>,
-    /// The sender, where known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sender: Option<String>,
-    /// The channel, where known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub channel: Option<String>,
-}
-
-/// The part of a [`RunContext`] that scopes runs.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Scope {
-    agent_id: Option<String>,
-    session_id: Option<String>,
-    session_key: Option<String>,
-    agent_run_id: Option<String>,
-}
-
-impl Scope {
-    pub(crate) fn of(context: &RunContext) -> Scope {
-        Scope {
-            agent_id: context.agent_id.clone(),
-            session_id: context.session_id.clone(),
-            session_key: context.session_key.clone(),
-            agent_run_id: context.agent_run_id.clone(),
-        }
-    }
-
-    /// The owner key of runs only this scope may resume.
-    pub(crate) fn owner_key(&self) -> String {
-        let part = |p: &Option<String>| p.as_deref().unwrap_or("").replace('|', "||");
-        format!(
-            "scope:{}|{}|{}|{}",
-            part(&self.agent_id),
-            part(&self.session_id),
-            part(&self.session_key),
-            part(&self.agent_run_id)
-        )
-    }
-
-    pub(crate) fn in_session(&self, session: &str) -> bool {
-        self.session_id.as_deref() == Some(session) || self.session_key.as_deref() == Some(session)
-    }
-}
-
-/// One nested call, as the executor receives it.
-#[derive(Debug, Clone)]
-pub struct NestedCall {
-    /// The run's context (agent, session, sender, channel).
-    pub context: Arc<RunContext>,
-    /// The model's tool-call id of the outer `exec` that started the run.
-    pub parent_call_id: String,
-    /// This nested call's id (unique within the run).
-    pub call_id: String,
-    /// The catalog entry being called.
-    pub tool: Arc<CatalogEntry>,
-    /// The input: JSON the guest sent, re-parsed by the host.
-    pub input: Value,
-    /// Reports this call's own progress (e.g. its MCP server's) to
-    /// whoever follows the run.
-    pub progress: crate::progress::CallProgress,
-}
-
-/// What an MCP server is asked besides tool calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum McpMethod {
-    /// `resources/list` (params: optional `cursor`).
-    ResourcesList,
-    /// `resources/read` (params: `uri`).
-    ResourcesRead,
-    /// `resources/templates/list` (params: optional `cursor`).
-    ResourceTemplatesList,
-    /// `prompts/list` (params: optional `cursor`).
-    PromptsList,
-    /// `prompts/get` (params: `name`, optional `arguments`).
-    PromptsGet,
-}
-
-impl McpMethod {
-    /// The MCP method name, e.g. `resources/read`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            McpMethod::ResourcesList => "resources/list",
-            McpMethod::ResourcesRead => "resources/read",
-            McpMethod::ResourceTemplatesList => "resources/templates/list",
-            McpMethod::PromptsList => "prompts/list",
-            McpMethod::PromptsGet => "prompts/get",
-        }
-    }
-}
-
-/// A resource or prompt request of `MCP.<server>.resources.*` /
-/// `MCP.<server>.prompts.*`, as the executor receives it.
-#[derive(Debug, Clone)]
-pub struct McpServerCall {
-    /// The run's context.
-    pub context: Arc<RunContext>,
-    /// The model's tool-call id of the outer `exec`.
-    pub parent_call_id: String,
-    /// This call's id (unique within the run).
-    pub call_id: String,
-    /// The server's name (as in the catalog ids).
-    pub server: String,
-    /// What is asked.
-    pub method: McpMethod,
-    /// The request params, checked by the host (`uri`, `name`, ...).
-    pub params: Value,
-}
-
-/// A nested call failed; the guest sees a plain `Error` with this message
-/// (and `code`: `nested_tool_failed`, or `approval_denied` for a denial).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ToolCallError {
-    /// What went wrong, fit for the model (no secrets).
-    pub message: String,
-    /// Whether the call was denied before it started (by a human, the
-    /// approval policy or a hook): it had no effect.
-    pub denied: bool,
-    /// The process running the call died before it finished (a durable
-    /// run resumed elsewhere): it may or may not have taken effect.
-    pub(crate) interrupted: bool,
-}
-
-impl ToolCallError {
-    /// An error with this message.
-    pub fn new(message: impl Into<String>) -> ToolCallError {
-        ToolCallError {
-            message: message.into(),
-            denied: false,
-            interrupted: false,
-        }
-    }
-
-    /// The call's process died before it answered (`interrupted`).
-    pub(crate) fn interrupted(message: impl Into<String>) -> ToolCallError {
-        ToolCallError {
-            message: message.into(),
-            denied: false,
-            interrupted: true,
-        }
-    }
-
-    /// Whether the call's process died before it answered.
-    pub fn is_interrupted(&self) -> bool {
-        self.interrupted
-    }
-
-    /// A denial: the call never started.
-    pub fn denied(message: impl Into<String>) -> ToolCallError {
-        ToolCallError {
-            message: message.into(),
-            denied: true,
-            interrupted: false,
-        }
-    }
-}
-
-/// What an executor returns for one call.
-pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolCallError>> + Send + 'static>>;
-
-/// Runs nested calls through the agent's normal tool path (policy,
-/// approvals, hooks, audit). Calls may run concurrently.
-///
-/// Cancellation (abort, timeout of a finished run, expiry) drops the
-/// future. A closure `Fn(NestedCall) -> ToolFuture` is an executor.
-pub trait ToolExecutor: Send + Sync + 'static {
-    /// Starts one call.
-    fn call(&self, call: NestedCall) -> ToolFuture;
-
-    /// Starts a resource or prompt request to an MCP server of the run
-    /// (only servers the catalog says offer them). The default fails: an
-    /// embedder without MCP servers never gets one.
-    fn mcp_request(&self, request: McpServerCall) -> ToolFuture {
-        let message = format!(
-            "{} of MCP server {} is not available here",
-            request.method.as_str(),
-            request.server
-        );
-        Box::pin(async move { Err(ToolCallError::new(message)) })
-    }
-}
-
-impl<F> ToolExecutor for F
-where
-    F: Fn(NestedCall) -> ToolFuture + Send + Sync + 'static,
-{
-    fn call(&self, call: NestedCall) -> ToolFuture {
-        self(call)
-    }
-}
-
-/// An executor for runs without tools: every call fails.
-pub(crate) struct NoTools;
-
-impl ToolExecutor for NoTools {
-    fn call(&self, call: NestedCall) -> ToolFuture {
-        let id = call.tool.id.clone();
-        Box::pin(async move { Err(ToolCallError::new(format!("no executor for {id}"))) })
-    }
-}
-
-/// Abort state of one scope, shared by its sessions and live drives.
-pub(crate) struct ScopeState {
-    pub(crate) scope: Scope,
-    aborted: AtomicBool,
-    /// Live drives to wake on abort.
-    live: Mutex<LiveDrives>,
-    /// This scope's share of the process's live VMs.
-    pub(crate) vm_slots: crate::slots::ScopeSlots,
-    runtime: Weak<Inner>,
-}
-
-impl ScopeState {
-    pub(crate) fn new(
-        scope: Scope,
-        vm_slots: crate::slots::ScopeSlots,
-        runtime: Weak<Inner>,
-    ) -> ScopeState {
-        ScopeState {
-            scope,
-            aborted: AtomicBool::new(false),
-            live: Mutex::new(LiveDrives::default()),
-            vm_slots,
-            runtime,
-        }
-    }
-
-    pub(crate) fn is_aborted(&self) -> bool {
-        self.aborted.load(Ordering::SeqCst)
-    }
-
-    /// Marks the scope aborted and stops its live drives: a running guest
-    /// is interrupted at its next epoch tick, an idle drive is woken.
-    pub(crate) fn abort(&self) {
-        self.aborted.store(true, Ordering::SeqCst);
-        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        for drive in live.drives.iter() {
-            drive.stop();
-        }
-    }
-
-    /// Stops the live drive of the exec or wait with model call id
-    /// `call_id` (a client cancelled that call). The scope stays usable.
-    /// A call cancelled before its drive started (still queued, or still
-    /// checking its source) is remembered and stopped when it registers.
-    pub(crate) fn cancel_call(&self, call_id: &str) -> bool {
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut found = false;
-        for drive in live.drives.iter().filter(|d| d.call_id == call_id) {
-            drive.stop();
-            found = true;
-        }
-        if !found {
-            if live.cancelled_early.len() >= MAX_EARLY_CANCELS {
-                live.cancelled_early.clear();
-            }
-            live.cancelled_early.insert(call_id.to_owned());
-        }
-        found
-    }
-
-    pub(crate) fn register(&self, drive: LiveDrive) {
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        if live.cancelled_early.remove(&drive.call_id) {
-            drive.stop();
-        }
-        live.drives.push(drive);
-    }
-
-    pub(crate) fn unregister(&self, key: u64) {
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drives
-            .retain(|d| d.key != key);
-    }
-}
-
-/// Cancellations remembered for calls whose drive has not started: a
-/// bound, so cancelling calls that never run cannot grow it.
-const MAX_EARLY_CANCELS: usize = 1024;
-
-#[derive(Default)]
-pub(crate) struct LiveDrives {
-    drives: Vec<LiveDrive>,
-    cancelled_early: std::collections::HashSet<String>,
-}
-
-/// A drive (an exec or wait running now) that abort and cancellation reach.
-pub(crate) struct LiveDrive {
-    pub(crate) key: u64,
-    /// The model's call id of the exec or wait.
-    pub(crate) call_id: String,
-    /// Wakes the drive when it waits for nested results.
-    pub(crate) wake: std::sync::mpsc::Sender<crate::calls::Msg>,
-    /// Interrupts its guest and refuses new nested calls.
-    pub(crate) cancel: codemode_sandbox::CancelFlag,
-}
-
-impl LiveDrive {
-    fn stop(&self) {
-        self.cancel.cancel();
-        let _ = self.wake.send(crate::calls::Msg::Abort);
-    }
-}
-
-impl Drop for ScopeState {
-    /// The last session of the scope is gone: the agent run ended, so its
-    /// suspended runs (and their in-flight calls) go too.
-    fn drop(&mut self) {
-        if let Some(inner) = self.runtime.upgrade() {
-            inner.store.discard_scope(&self.scope);
-            inner.forget_scope(&self.scope);
-        }
-    }
-}
-
-/// Cancels calls of one session; see [`CodeModeSession::canceller`].
-#[derive(Clone)]
-pub struct CallCanceller {
-    scope: Arc<ScopeState>,
-}
-
-impl std::fmt::Debug for CallCanceller {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallCanceller").finish_non_exhaustive()
-    }
-}
-
-impl CallCanceller {
-    /// As [`CodeModeSession::cancel_call`].
-    pub fn cancel_call(&self, call_id: &str) -> bool {
-        self.scope.cancel_call(call_id)
-    }
-}
 
 /// Code mode for one agent run (the [`RunContext::agent_run_id`] of its
 /// context): the model's `exec` and `wait` calls of that run, its catalog
@@ -382,7 +25,7 @@ impl CallCanceller {
 /// Dropping the last session of a scope ends the agent run: its suspended
 /// runs are discarded and their nested calls cancelled.
 pub struct CodeModeSession {
-    pub(crate) runtime: CodeModeRuntime,
+    host: Arc<Host>,
     pub(crate) scope: Arc<ScopeState>,
     pub(crate) context: Arc<RunContext>,
     /// New runs use the catalog current at their exec; a run keeps the
@@ -395,7 +38,7 @@ pub struct CodeModeSession {
     pub(crate) approver: Option<Arc<dyn Approver>>,
     /// Who the session's runs belong to across sessions (a principal),
     /// with that owner's bound on suspended runs; set once.
-    pub(crate) owner: std::sync::OnceLock<crate::store::Owner>,
+    owner: std::sync::OnceLock<crate::executor::Owner>,
     /// Runs of this session may be resumed by whoever holds their id.
     runs_by_id: AtomicBool,
 }
@@ -411,14 +54,14 @@ impl std::fmt::Debug for CodeModeSession {
 
 impl CodeModeSession {
     pub(crate) fn new(
-        runtime: CodeModeRuntime,
+        host: Arc<Host>,
         scope: Arc<ScopeState>,
         context: RunContext,
         catalog: Arc<Catalog>,
         executor: Arc<dyn ToolExecutor>,
     ) -> CodeModeSession {
         CodeModeSession {
-            runtime,
+            host,
             scope,
             context: Arc::new(context),
             catalog: RwLock::new(catalog),
@@ -451,7 +94,7 @@ impl CodeModeSession {
     /// Who may resume the runs this session starts: its owner (principal)
     /// if bound, anyone with the id if [`Self::with_runs_resumable_by_id`],
     /// else this scope alone.
-    pub(crate) fn owner_key(&self) -> Arc<str> {
+    fn owner_key(&self) -> Arc<str> {
         if let Some(owner) = self.owner.get() {
             Arc::from(format!("principal:{}", owner.name))
         } else if self.runs_by_id.load(Ordering::SeqCst) {
@@ -461,13 +104,29 @@ impl CodeModeSession {
         }
     }
 
+    /// What an exec or wait of this session starting now runs with.
+    pub(crate) fn env(&self) -> RunEnv {
+        RunEnv {
+            host: Arc::clone(&self.host),
+            scope: Arc::clone(&self.scope),
+            context: Arc::clone(&self.context),
+            catalog: self.catalog(),
+            executor: Arc::clone(&self.executor),
+            trajectory: self.trajectory.clone(),
+            hooks: self.hooks.clone(),
+            approver: self.approver.clone(),
+            owner: self.owner.get().cloned(),
+            owner_key: self.owner_key(),
+        }
+    }
+
     /// Binds this session to `owner` (e.g. an authenticated principal):
     /// the suspended runs of all sessions bound to the same owner count
     /// together against `max_suspended_runs`, on top of the per-session
     /// and per-process bounds. The first binding holds; a later call with
     /// another owner returns `false` and changes nothing.
     pub fn bind_owner(&self, owner: &str, max_suspended_runs: usize) -> bool {
-        let bound = self.owner.get_or_init(|| crate::store::Owner {
+        let bound = self.owner.get_or_init(|| crate::executor::Owner {
             name: Arc::from(owner),
             max_suspended_runs,
         });
@@ -496,7 +155,7 @@ impl CodeModeSession {
     /// # Errors
     /// [`ApprovalError`] when no such call awaits approval in this scope.
     pub fn approve(&self, run_id: &str, call_id: &str) -> Result<(), ApprovalError> {
-        self.runtime.inner.approvals.decide(
+        self.host.approvals.decide(
             Some(&self.scope.scope),
             run_id,
             call_id,
@@ -511,7 +170,7 @@ impl CodeModeSession {
     /// # Errors
     /// [`ApprovalError`] when no such call awaits approval in this scope.
     pub fn deny(&self, run_id: &str, call_id: &str, reason: &str) -> Result<(), ApprovalError> {
-        self.runtime.inner.approvals.decide(
+        self.host.approvals.decide(
             Some(&self.scope.scope),
             run_id,
             call_id,
@@ -523,7 +182,7 @@ impl CodeModeSession {
 
     /// The calls of this scope awaiting approval.
     pub fn pending_approvals(&self) -> Vec<PendingApproval> {
-        self.runtime.inner.approvals.list(Some(&self.scope.scope))
+        self.host.approvals.list(Some(&self.scope.scope))
     }
 
     /// The model-visible tools: exactly `exec` and `wait`, with
@@ -536,9 +195,9 @@ impl CodeModeSession {
     /// The model tools over `catalog`, with the plugin namespaces it makes
     /// visible in the exec description.
     fn model_tools_for(&self, catalog: &Catalog) -> Vec<ModelTool> {
-        let visible = self.runtime.inner.namespaces.visible(catalog);
-        let namespaces = crate::namespaces::describe_for_model(&visible);
-        surface::model_tools_with(self.runtime.config(), catalog, &namespaces)
+        let visible = self.host.namespaces.visible(catalog);
+        let namespaces = crate::catalog::namespaces::describe_for_model(&visible);
+        surface::model_tools_with(&self.host.config, catalog, &namespaces)
     }
 
     /// The model-visible surface of this session (`exec` and `wait` over
@@ -590,7 +249,7 @@ impl CodeModeSession {
         input: &Value,
         sink: Arc<dyn crate::progress::ProgressSink>,
     ) -> CodeModeResult {
-        crate::run_state::PROGRESS
+        crate::run::env::PROGRESS
             .scope(Some(sink), self.exec_call(call_id, input))
             .await
     }
@@ -602,7 +261,7 @@ impl CodeModeSession {
         input: &Value,
         sink: Arc<dyn crate::progress::ProgressSink>,
     ) -> CodeModeResult {
-        crate::run_state::PROGRESS
+        crate::run::env::PROGRESS
             .scope(Some(sink), self.wait_call(call_id, input))
             .await
     }
@@ -620,10 +279,12 @@ impl CodeModeSession {
             code = tracing::field::Empty,
             run_id = tracing::field::Empty,
         );
-        let result =
-            tracing::Instrument::instrument(crate::drive::exec(self, call_id, input), span.clone())
-                .await;
-        crate::outcome::record_span(&span, &result);
+        let result = tracing::Instrument::instrument(
+            crate::run::drive::exec(&self.env(), call_id, input),
+            span.clone(),
+        )
+        .await;
+        crate::run::outcome::record_span(&span, &result);
         result
     }
 
@@ -643,10 +304,12 @@ impl CodeModeSession {
             code = tracing::field::Empty,
             run_id = tracing::field::Empty,
         );
-        let result =
-            tracing::Instrument::instrument(crate::drive::wait(self, call_id, input), span.clone())
-                .await;
-        crate::outcome::record_span(&span, &result);
+        let result = tracing::Instrument::instrument(
+            crate::run::drive::wait(&self.env(), call_id, input),
+            span.clone(),
+        )
+        .await;
+        crate::run::outcome::record_span(&span, &result);
         result
     }
 
@@ -655,7 +318,7 @@ impl CodeModeSession {
     /// `wait` calls in this scope fail with `aborted`.
     pub fn abort(&self) {
         self.scope.abort();
-        self.runtime.inner.store.abort_scope(&self.scope.scope);
+        self.host.store.abort_scope(&self.scope.scope);
     }
 
     /// The session's client is gone: its live drives stop (`aborted`) and
@@ -665,10 +328,7 @@ impl CodeModeSession {
     pub fn close(&self) {
         self.scope.abort();
         let key = self.scope.scope.owner_key();
-        self.runtime
-            .inner
-            .store
-            .close_scope(&self.scope.scope, &key);
+        self.host.store.close_scope(&self.scope.scope, &key);
     }
 
     /// Cancels the exec or wait running now with model call id `call_id`
@@ -693,9 +353,6 @@ impl CodeModeSession {
     /// its snapshot discarded; `wait` then says `aborted`). Returns whether
     /// such a run was waiting.
     pub fn abort_run(&self, run_id: &str) -> bool {
-        self.runtime
-            .inner
-            .store
-            .abort_run(run_id, &self.scope.scope)
+        self.host.store.abort_run(run_id, &self.scope.scope)
     }
 }

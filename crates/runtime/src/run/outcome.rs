@@ -10,16 +10,16 @@ use codemode_sandbox::{Failure, FailureKind, OutputItem, SandboxError, SnapshotE
 use codemode_transform::Transformed;
 use serde_json::Value;
 
-use crate::calls::Cancel;
 use crate::catalog::Catalog;
 use crate::config::Language;
 use crate::result::{
     CodeModeResult, ErrorCode, Output, PendingToolCall, Receipts, SnapshotEvent, Telemetry,
     WaitReason,
 };
-use crate::run_state::{DriveCtx, RunInfo, RunState};
-use crate::session::CodeModeSession;
-use crate::store::{StoreError, SuspendedRun};
+use crate::run::calls::Cancel;
+use crate::run::env::{DriveCtx, RunEnv};
+use crate::run::state::{RunInfo, RunState};
+use crate::run::store::{StoreError, SuspendedRun};
 use crate::trajectory::TrajectoryEvent;
 
 /// What a drive of the VM ended in.
@@ -58,16 +58,16 @@ pub(crate) fn aborted_failure() -> CodeModeResult {
 }
 
 pub(crate) fn record_call(
-    session: &CodeModeSession,
+    env: &RunEnv,
     call_id: &str,
     tool: &'static str,
     result: CodeModeResult,
 ) -> CodeModeResult {
-    record_call_run(session, call_id, tool, None, result)
+    record_call_run(env, call_id, tool, None, result)
 }
 
 pub(crate) fn record_call_run(
-    session: &CodeModeSession,
+    env: &RunEnv,
     call_id: &str,
     tool: &'static str,
     run_id: Option<&str>,
@@ -78,7 +78,7 @@ pub(crate) fn record_call_run(
         _ => run_id.map(str::to_owned),
     };
     let language = &result.telemetry().language;
-    session.trajectory.record(TrajectoryEvent::CodeModeCall {
+    env.trajectory.record(TrajectoryEvent::CodeModeCall {
         call_id: call_id.to_owned(),
         tool,
         tool_kind: if tool == "exec" {
@@ -150,8 +150,8 @@ pub(crate) fn finish(
 ) -> CodeModeResult {
     // Nobody follows the run once this exec/wait returns.
     state.calls.follow(None);
-    let store = &ctx.inner.store;
-    let durable = ctx.inner.durable.as_ref();
+    let store = &ctx.host.store;
+    let durable = ctx.host.durable.as_ref();
     // A resumed run that ends leaves the durable store too.
     let forget = |run_id: &str| {
         if let Some(d) = durable
@@ -224,7 +224,7 @@ pub(crate) fn finish(
             return fail(&mut state, failed, Cancel::RunEnded, events);
         }
     };
-    let run_id = resumed.map_or_else(crate::store::new_run_id, str::to_owned);
+    let run_id = resumed.map_or_else(crate::run::store::new_run_id, str::to_owned);
     if let Some(d) = durable {
         // From here on the run's results are written to the store; those
         // that arrived before are kept in the record (carried), so none
@@ -234,7 +234,7 @@ pub(crate) fn finish(
         state.calls.defer_claim(None);
         let (arrived, aborted) = state.calls.arrived();
         for finished in arrived {
-            let settled = crate::bridge::settlement(ctx, &mut state, finished);
+            let settled = crate::run::bridge::settlement(ctx, &mut state, finished);
             state.carried.push_back(settled);
         }
         if aborted {
@@ -245,8 +245,9 @@ pub(crate) fn finish(
     let generation = match durable {
         None => None,
         Some(d) => {
-            let record = crate::durable::encode(&state, &snapshot.to_bytes(), d.backend.instance());
-            let ttl = Duration::from_secs(ctx.inner.config.snapshot_ttl_seconds);
+            let record =
+                crate::run::durable::encode(&state, &snapshot.to_bytes(), d.backend.instance());
+            let ttl = Duration::from_secs(ctx.host.config.snapshot_ttl_seconds);
             match d
                 .backend
                 .put(&run_id, &state.owner_key, &record, ttl, d.bounds)
@@ -321,7 +322,7 @@ pub(crate) fn finish(
     let receipts = state.calls.take_receipts();
     let info = state.info.clone();
     let catalog = Arc::clone(&state.catalog);
-    let ttl = Duration::from_secs(ctx.inner.config.snapshot_ttl_seconds);
+    let ttl = Duration::from_secs(ctx.host.config.snapshot_ttl_seconds);
     let inserted = store.insert(
         &run_id,
         resumed.is_some(),
@@ -422,7 +423,7 @@ pub(crate) fn vm_telemetry(vm: &Vm, limit: Option<ErrorCode>) -> Telemetry {
 
 pub(crate) fn completed(vm: &Vm, value: Value, output: Vec<Output>) -> CodeModeResult {
     let output_bytes: usize = output.iter().map(Output::size_bytes).sum();
-    let value_bytes = crate::calls::json_len(&value) as usize;
+    let value_bytes = crate::result::json_len(&value) as usize;
     let limit = vm.limits().max_output_bytes;
     // One budget for everything this exec or wait returns: output items
     // (with their per-item cost) and the value.

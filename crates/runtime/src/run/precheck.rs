@@ -18,8 +18,8 @@ use codemode_transform::{ArgShape, CellReferences, GlobalUse, ObjectShape, Usage
 use serde_json::Value;
 
 use crate::catalog::Catalog;
-use crate::mcp::McpServerView;
-use crate::namespaces::RunNamespaces;
+use crate::catalog::mcp::McpServerView;
+use crate::catalog::namespaces::RunNamespaces;
 
 /// The globals the check follows.
 pub(crate) const WATCHED_GLOBALS: [&str; 2] = ["MCP", "tools"];
@@ -403,11 +403,9 @@ impl McpServerView {
     /// whose MCP name it is first, then by edit distance.
     fn nearest_tools(&self, asked: &str) -> Vec<String> {
         let path = |js: &str| format!("MCP.{}.{js}", self.js_name);
-        if let Some(tool) = self
-            .tools
-            .iter()
-            .find(|t| t.entry.name == asked || t.js_name == crate::mcp::js_identifier(asked))
-        {
+        if let Some(tool) = self.tools.iter().find(|t| {
+            t.entry.name == asked || t.js_name == crate::catalog::mcp::js_identifier(asked)
+        }) {
             let mut hint = path(&tool.js_name);
             if tool.entry.name == asked {
                 hint.push_str(&format!(" (the MCP name \"{asked}\" is bound as that)"));
@@ -439,14 +437,13 @@ impl McpServerView {
     }
 }
 
-impl crate::mcp::McpNamespace {
+impl crate::catalog::mcp::McpNamespace {
     /// The message for `MCP.<asked>` when the run has no such server.
     pub(crate) fn unknown_server_message(&self, asked: &str) -> String {
         let mut text = format!("MCP.{asked} is not an MCP server of this run");
-        let exact = self
-            .servers()
-            .iter()
-            .find(|s| s.info.name == asked || s.js_name == crate::mcp::js_identifier(asked));
+        let exact = self.servers().iter().find(|s| {
+            s.info.name == asked || s.js_name == crate::catalog::mcp::js_identifier(asked)
+        });
         let near: Vec<String> = match exact {
             Some(s) => vec![format!("MCP.{}", s.js_name)],
             None => nearest(asked, self.servers().iter().map(|s| s.js_name.as_str()))
@@ -537,7 +534,7 @@ pub(crate) fn nearest<'a>(asked: &str, names: impl Iterator<Item = &'a str>) -> 
             if other.len().abs_diff(folded.len()) > threshold {
                 return None;
             }
-            let d = crate::catalog::levenshtein(&folded, &other);
+            let d = crate::catalog::tool::levenshtein(&folded, &other);
             (d <= threshold).then_some((d, name))
         })
         .collect();

@@ -293,7 +293,7 @@ fn check_global_name(name: &str) -> Result<(), String> {
     }
     // The words that cannot name a declaration (reserved words, `then`,
     // `constructor`, ...) cannot name a namespace either.
-    if crate::mcp::RESERVED.contains(&name) {
+    if crate::catalog::mcp::RESERVED.contains(&name) {
         return Err(format!("globalName `{name}` is a reserved word"));
     }
     if RESERVED_GLOBALS.contains(&name)

@@ -1,5 +1,5 @@
 //! The drain loop: drives a VM burst by burst, answering its requests
-//! (through [`crate::bridge`]) and delivering nested results as they
+//! (through [`crate::run::bridge`]) and delivering nested results as they
 //! arrive, until the cell is done, fails, yields, or the deadline comes.
 
 use std::collections::VecDeque;
@@ -9,14 +9,16 @@ use std::time::Instant;
 use codemode_sandbox::{FailureKind, Settlement, Step, Vm};
 use serde_json::Value;
 
-use crate::bridge::{handle_request, settlement};
-use crate::calls::{Cancel, Msg};
-use crate::outcome::{
+use crate::executor::live::Msg;
+use crate::result::{CodeModeResult, ErrorCode, Receipts, WaitReason};
+use crate::run::bridge::{handle_request, settlement};
+use crate::run::calls::Cancel;
+use crate::run::env::DriveCtx;
+use crate::run::outcome::{
     Driven, aborted_failure, completed, convert_output, deadline_failure, failed, host_failure,
     vm_telemetry,
 };
-use crate::result::{CodeModeResult, ErrorCode, Receipts, WaitReason};
-use crate::run_state::{DriveCtx, RunState};
+use crate::run::state::RunState;
 
 /// Runs `f` with the run registered as live in its scope, so an abort
 /// wakes the drive.
@@ -38,7 +40,7 @@ where
 /// it through its channel); returns the key to unregister with.
 pub(crate) fn register_live(ctx: &DriveCtx, state: &RunState) -> u64 {
     let key = codemode_sandbox::random_u64();
-    ctx.scope.register(crate::session::LiveDrive {
+    ctx.scope.register(crate::executor::live::LiveDrive {
         key,
         call_id: state.drive_call_id.clone(),
         wake: state.calls.sender(),

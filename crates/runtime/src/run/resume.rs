@@ -9,13 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use codemode_sandbox::{Settlement, Snapshot};
 
-use crate::bridge::settlement;
-use crate::calls::{CallInfo, Finished};
 use crate::config::Language;
-use crate::durable::{self, DeferredClaim, Durable, PendingCall};
-use crate::run_state::{DriveCtx, RunState};
-use crate::session::{CodeModeSession, ToolCallError, ToolFuture};
-use crate::store::StoreError;
+use crate::executor::{ToolCallError, ToolFuture};
+use crate::run::bridge::settlement;
+use crate::run::calls::{CallInfo, Finished};
+use crate::run::durable::{self, Durable, PendingCall};
+use crate::run::env::{DriveCtx, RunEnv};
+use crate::run::sink::{self, DeferredClaim};
+use crate::run::state::RunState;
+use crate::run::store::StoreError;
 
 /// A run taken for a `wait`.
 pub(crate) struct Taken {
@@ -42,15 +44,15 @@ fn from_store(e: codemode_store::StoreError) -> StoreError {
 
 /// Takes `run_id` for a `wait` of `session`. Blocks on the durable store.
 pub(crate) fn take_for_wait(
-    session: &CodeModeSession,
+    env: &RunEnv,
     ctx: &DriveCtx,
     run_id: &str,
 ) -> Result<Taken, StoreError> {
-    let inner = &ctx.inner;
-    let key = session.owner_key();
-    let local = inner.store.take(run_id, &session.scope.scope, &key);
+    let inner = &ctx.host;
+    let key = Arc::clone(&env.owner_key);
+    let local = inner.store.take(run_id, &env.scope.scope, &key);
     let Some(durable) = &inner.durable else {
-        return local.map(|run| rehome(session, run.snapshot, run.state));
+        return local.map(|run| rehome(env, run.snapshot, run.state));
     };
     match local {
         Ok(mut run) if durable.backend.exclusive() => {
@@ -64,14 +66,14 @@ pub(crate) fn take_for_wait(
                 generation,
             });
             run.state.calls.defer_claim(claim);
-            Ok(rehome(session, run.snapshot, run.state))
+            Ok(rehome(env, run.snapshot, run.state))
         }
         Ok(mut run) => match durable.backend.claim(run_id, &key, run.generation) {
             Ok(claimed) if Some(claimed.generation) == run.generation => {
                 // This process's live copy is current: no decoding, and its
                 // calls deliver through their channel.
                 run.state.calls.sink().stop();
-                Ok(rehome(session, run.snapshot, run.state))
+                Ok(rehome(env, run.snapshot, run.state))
             }
             Ok(claimed) => {
                 // Another process resumed and stored the run since: the
@@ -79,7 +81,7 @@ pub(crate) fn take_for_wait(
                 // their results to the store.
                 run.state.calls.detach_all();
                 drop(run);
-                restore(session, ctx, durable, run_id, claimed)
+                restore(env, ctx, durable, run_id, claimed)
             }
             Err(e @ codemode_store::StoreError::Unavailable { .. }) => {
                 // The run keeps waiting here; the caller may retry.
@@ -103,11 +105,11 @@ pub(crate) fn take_for_wait(
                 .map_err(from_store)?;
             inner.store.insert_resuming(
                 run_id,
-                &session.scope.scope,
-                session.owner.get().map(|o| Arc::clone(&o.name)),
+                &env.scope.scope,
+                env.owner.as_ref().map(|o| Arc::clone(&o.name)),
                 Arc::clone(&key),
             );
-            restore(session, ctx, durable, run_id, claimed)
+            restore(env, ctx, durable, run_id, claimed)
         }
         Err(e) => Err(e),
     }
@@ -115,9 +117,9 @@ pub(crate) fn take_for_wait(
 
 /// The run is driven by `session` now: its nested calls carry this
 /// session's context (relays reach this client) and its aborts reach it.
-fn rehome(session: &CodeModeSession, snapshot: Snapshot, mut state: RunState) -> Taken {
-    state.scope = session.scope.scope.clone();
-    state.context = Arc::clone(&session.context);
+fn rehome(env: &RunEnv, snapshot: Snapshot, mut state: RunState) -> Taken {
+    state.scope = env.scope.scope.clone();
+    state.context = Arc::clone(&env.context);
     Taken {
         snapshot,
         state,
@@ -127,13 +129,13 @@ fn rehome(session: &CodeModeSession, snapshot: Snapshot, mut state: RunState) ->
 
 /// Rebuilds a run from its durable record.
 fn restore(
-    session: &CodeModeSession,
+    env: &RunEnv,
     ctx: &DriveCtx,
     durable: &Durable,
     run_id: &str,
     claimed: codemode_store::Claimed,
 ) -> Result<Taken, StoreError> {
-    let inner = &ctx.inner;
+    let inner = &ctx.host;
     let backend = &durable.backend;
     let refuse = |reason: String| {
         inner.store.finish(run_id);
@@ -154,7 +156,7 @@ fn restore(
         .as_deref()
         .and_then(Language::parse)
         .unwrap_or(Language::JavaScript);
-    let mut state = RunState::new(session, &record.parent_call_id, language);
+    let mut state = env.new_run(&record.parent_call_id, language);
     state.info = record.run_info();
     state.yields = std::mem::take(&mut record.yields);
     state.carried = record.carried().collect();
@@ -168,17 +170,17 @@ fn restore(
         .as_deref()
         .and_then(|source| codemode_transform::transform_typescript(source).ok())
         .map(Arc::new);
-    state.namespaces = crate::drive::run_namespaces(session, &state).unwrap_or(None);
+    state.namespaces = env.run_namespaces(&state).unwrap_or(None);
     let _ = state.run_tag.set(run_id.to_owned());
     let results: HashMap<u32, Vec<u8>> = claimed.results.into_iter().collect();
     let mut ready = VecDeque::new();
     for call in record.pending {
         let outcome = match results.get(&call.request_id) {
-            Some(bytes) => Some(durable::decode_outcome(bytes)),
+            Some(bytes) => Some(sink::decode_outcome(bytes)),
             None if backend.instance_alive(&call.instance) => {
                 adopt(ctx, &mut state, backend, run_id, call.clone())
             }
-            None => Some(Err(durable::interrupted_call(&call.tool_id))),
+            None => Some(Err(sink::interrupted_call(&call.tool_id))),
         };
         if let Some(outcome) = outcome {
             ready.push_back(settlement(

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use codemode_transform::{CellReferences, Dialect, MAX_NESTING_DEPTH, Transformed};
 
-use crate::precheck::{NAMESPACES_GLOBAL, WATCHED_GLOBALS};
+use crate::run::precheck::{NAMESPACES_GLOBAL, WATCHED_GLOBALS};
 
 use crate::config::Language;
 use crate::input::ExecInput;
@@ -37,7 +37,7 @@ pub(crate) struct PreparedCell {
     /// For TypeScript cells: maps positions in `code` back to the source.
     pub(crate) source_map: Option<Arc<Transformed>>,
     /// What `code` names statically of `MCP` and `tools`, for the pre-run
-    /// name check ([`crate::precheck`]).
+    /// name check ([`crate::run::precheck`]).
     pub(crate) references: CellReferences,
 }
 
@@ -46,29 +46,30 @@ impl PreparedCell {
     /// refusal (`invalid_input`) when the cell provably names something
     /// the run does not have.
     pub(crate) fn check_names(&self, catalog: &crate::catalog::Catalog) -> Result<(), Refused> {
-        self.refuse(crate::precheck::problems(&self.references, catalog))
+        self.refuse(crate::run::precheck::problems(&self.references, catalog))
     }
 
     /// The name check of the cell's plugin namespace calls against the
     /// run's namespaces (after they are built, before the VM starts).
     pub(crate) fn check_namespace_names(
         &self,
-        namespaces: &crate::namespaces::RunNamespaces,
+        namespaces: &crate::catalog::namespaces::RunNamespaces,
     ) -> Result<(), Refused> {
-        self.refuse(crate::precheck::namespace_problems(
+        self.refuse(crate::run::precheck::namespace_problems(
             &self.references,
             namespaces,
         ))
     }
 
-    fn refuse(&self, problems: Vec<crate::precheck::Problem>) -> Result<(), Refused> {
+    fn refuse(&self, problems: Vec<crate::run::precheck::Problem>) -> Result<(), Refused> {
         if problems.is_empty() {
             return Ok(());
         }
-        let message = crate::precheck::refusal(&problems, |line, column| match &self.source_map {
-            Some(map) => map.original_position(line, column),
-            None => (line, column),
-        });
+        let message =
+            crate::run::precheck::refusal(&problems, |line, column| match &self.source_map {
+                Some(map) => map.original_position(line, column),
+                None => (line, column),
+            });
         Err(Refused::new(ErrorCode::InvalidInput, message))
     }
 }

@@ -1,6 +1,6 @@
 //! Driving a run: the model's `exec` and `wait` on a blocking thread. The
-//! run's state is [`crate::run_state`], the drain loop [`crate::drain`],
-//! and the result (telemetry, snapshot, trajectory) [`crate::outcome`].
+//! run's state is [`crate::run::state`], the drain loop [`crate::run::drain`],
+//! and the result (telemetry, snapshot, trajectory) [`crate::run::outcome`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -9,49 +9,31 @@ use std::time::Instant;
 use codemode_sandbox::{Settlement, Step};
 use serde_json::Value;
 
-use crate::bridge::settlement;
-use crate::calls::Cancel;
 use crate::control::{HookDecision, ToolCallEvent, ToolCallRecord};
-use crate::drain::{drive, live};
+use crate::executor::RunContext;
 use crate::input::{ExecInput, WaitInput};
-use crate::outcome::{
+use crate::result::{CodeModeResult, ErrorCode, Receipts, SnapshotEvent, Telemetry};
+use crate::run::bridge::settlement;
+use crate::run::calls::Cancel;
+use crate::run::drain::{drive, live};
+use crate::run::env::{DriveCtx, RunEnv};
+use crate::run::outcome::{
     Driven, aborted_failure, finish, host_failure, record_call, record_call_run, with_telemetry,
 };
-use crate::prepare::prepare;
-use crate::result::{CodeModeResult, ErrorCode, Receipts, SnapshotEvent, Telemetry};
-use crate::run_state::{DriveCtx, RunInfo, RunState};
-use crate::session::{CodeModeSession, RunContext};
-use crate::store::StoreError;
-
-/// The plugin namespaces visible to a run starting now, serialized.
-pub(crate) fn run_namespaces(
-    session: &CodeModeSession,
-    state: &RunState,
-) -> Result<Option<Arc<crate::namespaces::RunNamespaces>>, crate::namespaces::NamespaceError> {
-    let context = &session.context;
-    session.runtime.inner.namespaces.for_run(
-        &state.catalog,
-        &crate::namespaces::ScopeContext {
-            agent_id: context.agent_id.clone(),
-            session_key: context.session_key.clone(),
-            session_id: context.session_id.clone(),
-            run_id: context.agent_run_id.clone(),
-            config: session.runtime.inner.config.clone(),
-            aborted: session.scope.is_aborted(),
-        },
-    )
-}
+use crate::run::prepare::prepare;
+use crate::run::state::{RunInfo, RunState};
+use crate::run::store::StoreError;
 
 /// The model's `exec`.
-pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) -> CodeModeResult {
+pub(crate) async fn exec(env: &RunEnv, call_id: &str, raw: &Value) -> CodeModeResult {
     let started = Instant::now();
-    let inner = Arc::clone(&session.runtime.inner);
+    let inner = Arc::clone(&env.host);
     let mut info = RunInfo {
         exec_count: 1,
         ..RunInfo::default()
     };
     let parsed = match ExecInput::parse(raw, &inner.config) {
-        Ok(input) => exec_hook(session, call_id, raw, input).await,
+        Ok(input) => exec_hook(env, call_id, raw, input).await,
         Err(e) => Err(CodeModeResult::failure(
             e.code,
             e.message,
@@ -60,10 +42,10 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
     };
     let result = match parsed {
         Err(refused) => refused,
-        Ok(_) if session.scope.is_aborted() => aborted_failure(),
+        Ok(_) if env.scope.is_aborted() => aborted_failure(),
         Ok(input) => {
             info.language = Some(input.language);
-            let catalog = session.catalog();
+            let catalog = Arc::clone(&env.catalog);
             let namespace_globals: Vec<String> = inner
                 .namespaces
                 .visible(&catalog)
@@ -82,12 +64,11 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                         receipts: Receipts::default(),
                         telemetry: Telemetry::default(),
                     };
-                    let result =
-                        with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
-                    return record_call(session, call_id, "exec", result);
+                    let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
+                    return record_call(env, call_id, "exec", result);
                 }
             };
-            let permit = match inner.slots.acquire(&session.scope.vm_slots).await {
+            let permit = match inner.slots.acquire(&env.scope.vm_slots).await {
                 Ok(permit) => permit,
                 Err(e) => {
                     let failed = CodeModeResult::failure(
@@ -95,16 +76,15 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                         e.to_string(),
                         Telemetry::default(),
                     );
-                    let result =
-                        with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
-                    return record_call(session, call_id, "exec", result);
+                    let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
+                    return record_call(env, call_id, "exec", result);
                 }
             };
-            let mut state = RunState::new(session, call_id, input.language);
+            let mut state = env.new_run(call_id, input.language);
             state.source_map = prepared.source_map.clone();
             // The run's plugin namespaces: built and checked before any
             // cell code runs; a refused scope fails the exec.
-            let context = match run_namespaces(session, &state) {
+            let context = match env.run_namespaces(&state) {
                 Ok(namespaces) => {
                     if let Some(Err(refused)) = namespaces
                         .as_ref()
@@ -119,10 +99,10 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                             telemetry: Telemetry::default(),
                         };
                         let result =
-                            with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
-                        return record_call(session, call_id, "exec", result);
+                            with_telemetry(failed, &info, &env.catalog, started, Vec::new());
+                        return record_call(env, call_id, "exec", result);
                     }
-                    let context = crate::guest_api::with_run_fields(
+                    let context = crate::catalog::guest_api::with_run_fields(
                         state.catalog.guest_context(),
                         state.handles.nonce(),
                         namespaces.as_ref().map(|n| &n.descriptors),
@@ -137,12 +117,11 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                         e.to_string(),
                         Telemetry::default(),
                     );
-                    let result =
-                        with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
-                    return record_call(session, call_id, "exec", result);
+                    let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
+                    return record_call(env, call_id, "exec", result);
                 }
             };
-            let ctx = DriveCtx::starting_now(session);
+            let ctx = DriveCtx::starting_now(env);
             let code = prepared.code;
             let work = move || {
                 let mut state = state;
@@ -152,7 +131,7 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 // cancellation reach a cell that never yields.
                 let driven = live(&ctx, &mut state, |ctx, state| {
                     match ctx
-                        .inner
+                        .host
                         .sandbox
                         .start_with_context(&code, &context, &ctx.limits)
                     {
@@ -164,25 +143,25 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
             };
             let result = blocking(work, started).await;
             drop(permit);
-            if let Some(hooks) = &session.hooks {
+            if let Some(hooks) = &env.hooks {
                 hooks.after_tool_call(ToolCallRecord {
                     tool_kind: "code_mode_exec",
                     tool_id: "exec".into(),
                     call_id: call_id.to_owned(),
                     outcome: result.status(),
                     duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-                    input_bytes: crate::calls::json_len(raw),
+                    input_bytes: crate::result::json_len(raw),
                     result_bytes: 0,
                 });
             }
-            return record_call(session, call_id, "exec", result);
+            return record_call(env, call_id, "exec", result);
         }
     };
     record_call(
-        session,
+        env,
         call_id,
         "exec",
-        with_telemetry(result, &info, &session.catalog(), started, Vec::new()),
+        with_telemetry(result, &info, &env.catalog, started, Vec::new()),
     )
 }
 
@@ -190,12 +169,12 @@ pub(crate) async fn exec(session: &CodeModeSession, call_id: &str, raw: &Value) 
 /// exec run, block it (`approval_denied`), or rewrite its input (parsed
 /// again like the model's).
 async fn exec_hook(
-    session: &CodeModeSession,
+    env: &RunEnv,
     call_id: &str,
     raw: &Value,
     input: ExecInput,
 ) -> Result<ExecInput, CodeModeResult> {
-    let Some(hooks) = &session.hooks else {
+    let Some(hooks) = &env.hooks else {
         return Ok(input);
     };
     let event = ToolCallEvent {
@@ -204,7 +183,7 @@ async fn exec_hook(
         tool_input_kind: Some(input.language.as_str()),
         call_id: call_id.to_owned(),
         parent_call_id: None,
-        context: RunContext::clone(&session.context),
+        context: RunContext::clone(&env.context),
         input: raw.clone(),
     };
     match hooks.before_tool_call(event).await {
@@ -215,7 +194,7 @@ async fn exec_hook(
             Telemetry::default(),
         )),
         HookDecision::Rewrite { input } => {
-            ExecInput::parse(&input, &session.runtime.inner.config).map_err(|e| {
+            ExecInput::parse(&input, &env.host.config).map_err(|e| {
                 CodeModeResult::failure(
                     e.code,
                     format!(
@@ -230,9 +209,9 @@ async fn exec_hook(
 }
 
 /// The model's `wait`.
-pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) -> CodeModeResult {
+pub(crate) async fn wait(env: &RunEnv, call_id: &str, raw: &Value) -> CodeModeResult {
     let started = Instant::now();
-    let inner = Arc::clone(&session.runtime.inner);
+    let inner = Arc::clone(&env.host);
     let info = RunInfo {
         wait_count: 1,
         ..RunInfo::default()
@@ -241,21 +220,15 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         Ok(input) => input,
         Err(e) => {
             let failed = CodeModeResult::failure(e.code, e.message, Telemetry::default());
-            let result = with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
-            return record_call(session, call_id, "wait", result);
+            let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
+            return record_call(env, call_id, "wait", result);
         }
     };
-    if session.scope.is_aborted() {
-        let result = with_telemetry(
-            aborted_failure(),
-            &info,
-            &session.catalog(),
-            started,
-            Vec::new(),
-        );
-        return record_call(session, call_id, "wait", result);
+    if env.scope.is_aborted() {
+        let result = with_telemetry(aborted_failure(), &info, &env.catalog, started, Vec::new());
+        return record_call(env, call_id, "wait", result);
     }
-    let permit = match inner.slots.acquire(&session.scope.vm_slots).await {
+    let permit = match inner.slots.acquire(&env.scope.vm_slots).await {
         Ok(permit) => permit,
         Err(e) => {
             let failed = CodeModeResult::failure(
@@ -263,12 +236,12 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
                 format!("{e}; the run keeps waiting, call wait again"),
                 Telemetry::default(),
             );
-            let result = with_telemetry(failed, &info, &session.catalog(), started, Vec::new());
-            return record_call_run(session, call_id, "wait", Some(&input.run_id), result);
+            let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
+            return record_call_run(env, call_id, "wait", Some(&input.run_id), result);
         }
     };
-    let ctx = DriveCtx::starting_now(session);
-    let taken = off_executor(|| crate::resume::take_for_wait(session, &ctx, &input.run_id));
+    let ctx = DriveCtx::starting_now(env);
+    let taken = off_executor(|| crate::run::resume::take_for_wait(env, &ctx, &input.run_id));
     let taken = match taken {
         Ok(taken) => taken,
         Err(e) => {
@@ -300,18 +273,18 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
             let result = with_telemetry(
                 failed,
                 &info,
-                &session.catalog(),
+                &env.catalog,
                 started,
                 std::mem::take(&mut events),
             );
-            return record_call_run(session, call_id, "wait", Some(&input.run_id), result);
+            return record_call_run(env, call_id, "wait", Some(&input.run_id), result);
         }
     };
     let run_id = input.run_id;
     let id_for_record = run_id.clone();
     let wait_call_id = call_id.to_owned();
     let work = move || {
-        let crate::resume::Taken {
+        let crate::run::resume::Taken {
             snapshot,
             mut state,
             ready: restored,
@@ -322,7 +295,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
         hold_for_decision(&ctx, &mut state);
         let mut events = Vec::new();
         let restore_started = Instant::now();
-        let vm = match ctx.inner.sandbox.restore(&snapshot, &ctx.limits) {
+        let vm = match ctx.host.sandbox.restore(&snapshot, &ctx.limits) {
             Ok(vm) => vm,
             Err(e) => {
                 let mut result = host_failure(&e);
@@ -371,7 +344,7 @@ pub(crate) async fn wait(session: &CodeModeSession, call_id: &str, raw: &Value) 
     };
     let result = blocking(work, started).await;
     drop(permit);
-    record_call_run(session, call_id, "wait", Some(&id_for_record), result)
+    record_call_run(env, call_id, "wait", Some(&id_for_record), result)
 }
 
 /// A run held only for a human's decision: block (cancellable, like a
@@ -382,7 +355,7 @@ fn hold_for_decision(ctx: &DriveCtx, state: &mut RunState) {
     if !state.carried.is_empty() || !state.yields.is_empty() {
         return;
     }
-    let key = crate::drain::register_live(ctx, state);
+    let key = crate::run::drain::register_live(ctx, state);
     while state.calls.all_awaiting_decision()
         && !ctx.scope.is_aborted()
         && !ctx.limits.cancel.is_cancelled()
@@ -392,7 +365,7 @@ fn hold_for_decision(ctx: &DriveCtx, state: &mut RunState) {
             .saturating_duration_since(Instant::now());
         match state.calls.receiver().recv_timeout(left) {
             // Still only waiting for a human.
-            Ok(crate::calls::Msg::AwaitingApproval) => {}
+            Ok(crate::executor::live::Msg::AwaitingApproval) => {}
             Ok(msg) => {
                 // The drive after the restore reads it.
                 let _ = state.calls.sender().send(msg);

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::{McpNamespace, McpServerView, McpToolView};
+use crate::catalog::mcp::{McpNamespace, McpServerView, McpToolView};
 
 /// Nesting beyond this renders as `unknown` (hostile or huge schemas).
 const MAX_DEPTH: usize = 8;

@@ -13,14 +13,16 @@ use std::sync::Arc;
 use codemode_sandbox::{HostRequest, Settlement};
 use serde_json::{Map, Value, json};
 
-use crate::calls::{CallInfo, Finished, json_len};
+use crate::catalog::guest_api::{McpOp, Method};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
 use crate::control::{Gate, GateApproval, GateState, Recheck};
-use crate::guest_api::{McpOp, Method};
-use crate::request::{BridgeRequest, MAX_API_READ_BYTES, McpApiError, McpInputError, Refusal};
+use crate::executor::{McpServerCall, NestedCall, ToolFuture};
 use crate::result::ErrorCode;
-use crate::run_state::{DriveCtx, RunState};
-use crate::session::{McpServerCall, NestedCall, ToolFuture};
+use crate::result::json_len;
+use crate::run::calls::{CallInfo, Finished};
+use crate::run::env::DriveCtx;
+use crate::run::request::{BridgeRequest, MAX_API_READ_BYTES, McpApiError, McpInputError, Refusal};
+use crate::run::state::RunState;
 
 /// The settlement delivering a finished nested call to the guest.
 pub(crate) fn settlement(
@@ -37,10 +39,10 @@ pub(crate) fn settlement(
 pub(crate) fn outcome_settlement(
     ctx: &DriveCtx,
     handles: &mut crate::handles::ResultHandles,
-    outcome: Result<Value, crate::session::ToolCallError>,
+    outcome: Result<Value, crate::executor::ToolCallError>,
     tool_id: &str,
 ) -> Settlement {
-    let options = &ctx.inner.options;
+    let options = &ctx.host.options;
     let max = options.max_tool_result_bytes;
     match outcome {
         Ok(value) => {
@@ -125,7 +127,7 @@ pub(crate) fn handle_request(
             | Method::HandleFind
             | Method::HandleJson => {}
         }
-        BridgeRequest::parse_params(method, &params, &ctx.inner.config)
+        BridgeRequest::parse_params(method, &params, &ctx.host.config)
     });
     let request = match parsed {
         Ok(request) => request,
@@ -196,7 +198,7 @@ pub(crate) fn handle_request(
         BridgeRequest::HandleJson { id } => {
             match state
                 .handles
-                .json(id, ctx.inner.options.max_tool_result_bytes)
+                .json(id, ctx.host.options.max_tool_result_bytes)
             {
                 Ok(json) => Settlement::ResolveJson(json),
                 Err(message) => bad_request(message),
@@ -247,7 +249,7 @@ fn nested_failure(message: String) -> Option<Settlement> {
 
 /// `maxPendingToolCalls` reached: the rejection for one more call.
 fn over_pending_limit(ctx: &DriveCtx, state: &RunState) -> Option<Settlement> {
-    let max_pending = ctx.inner.config.max_pending_tool_calls as usize;
+    let max_pending = ctx.host.config.max_pending_tool_calls as usize;
     (state.calls.in_flight() >= max_pending).then(|| {
         Settlement::reject_with_code(
             format!(
@@ -350,12 +352,12 @@ fn start_tool_call(
                 let label = mcp_label(&state.catalog, entry);
                 let schema = entry.parameters.clone();
                 Box::new(move |input: Value| {
-                    crate::mcp::prepare_input(|| label.clone(), &schema, input)
+                    crate::catalog::mcp::prepare_input(|| label.clone(), &schema, input)
                 }) as Recheck
             });
             let approval = entry.needs_approval.then(|| GateApproval {
                 approver: state.approver.clone(),
-                registry: Arc::clone(&ctx.inner.approvals),
+                registry: Arc::clone(&ctx.host.approvals),
                 scope: state.scope.clone(),
                 run: Arc::clone(&state.run_tag),
                 state: Arc::clone(&gate_state),
@@ -416,7 +418,7 @@ fn namespace_call(
         return nested_failure(format!(
             "{}: its input must be an object, got {}",
             callable.label,
-            crate::mcp::json_kind(&input)
+            crate::catalog::mcp::json_kind(&input)
         ));
     }
     start_tool_call(ctx, state, request_id, &callable.entry, input)
@@ -455,7 +457,7 @@ fn mcp_call(
             ));
         }
     };
-    let input = match crate::mcp::prepare_input(
+    let input = match crate::catalog::mcp::prepare_input(
         || mcp_label(&state.catalog, &entry),
         &entry.parameters,
         input,
@@ -574,7 +576,9 @@ fn mcp_api(
         Ok(schema) => schema,
         Err(e) => return bad_request(e.message(&server.js_name)),
     };
-    Settlement::Resolve(crate::declarations::api_header(server, tool, schema))
+    Settlement::Resolve(crate::catalog::declarations::api_header(
+        server, tool, schema,
+    ))
 }
 
 /// `API.search(query, { limit?, server? })`: ranked MCP tools, each with
@@ -588,8 +592,8 @@ fn api_search(state: &RunState, query: &str, limit: usize, server: Option<&str>)
                         "server": server.js_name,
                         "tool": tool.entry.name,
                         "path": format!("MCP.{}.{}", server.js_name, tool.js_name),
-                        "description": crate::declarations::summary_line(&tool.entry.description, 200),
-                        "signature": crate::declarations::short_signature(tool),
+                        "description": crate::catalog::declarations::summary_line(&tool.entry.description, 200),
+                        "signature": crate::catalog::declarations::short_signature(tool),
                     })
                 })
                 .collect(),
@@ -651,8 +655,9 @@ mod tests {
 
     use super::*;
     use crate::config::{CodeModeConfig, Language};
+    use crate::executor::{ToolExecutor, ToolFuture};
     use crate::runtime::CodeModeRuntime;
-    use crate::session::{CodeModeSession, ToolExecutor, ToolFuture};
+    use crate::session::CodeModeSession;
 
     #[derive(Default)]
     struct Recorder {
@@ -709,16 +714,16 @@ mod tests {
 
     /// The host's answer to one raw payload.
     fn answer(f: &Fixture, payload: Value) -> Settlement {
-        let inner = Arc::clone(&f.session.runtime.inner);
+        let env = f.session.env();
         let ctx = DriveCtx {
             progress: None,
             limits: Default::default(),
             deadline: Instant::now() + Duration::from_secs(10),
             handle: f._tokio.handle().clone(),
-            scope: Arc::clone(&f.session.scope),
-            inner,
+            scope: Arc::clone(&env.scope),
+            host: Arc::clone(&env.host),
         };
-        let mut state = RunState::new(&f.session, "exec_1", Language::JavaScript);
+        let mut state = env.new_run("exec_1", Language::JavaScript);
         let mut ready = VecDeque::new();
         handle_request(
             &ctx,

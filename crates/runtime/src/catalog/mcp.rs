@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::catalog::{CatalogEntry, ToolSource};
+use crate::catalog::tool::{CatalogEntry, ToolSource};
 
 /// What the runtime knows of one MCP server beyond its tools: its
 /// instructions and whether it offers resources and prompts.
@@ -381,6 +381,34 @@ pub(crate) fn json_kind(value: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+/// What an MCP server is asked besides tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum McpMethod {
+    /// `resources/list` (params: optional `cursor`).
+    ResourcesList,
+    /// `resources/read` (params: `uri`).
+    ResourcesRead,
+    /// `resources/templates/list` (params: optional `cursor`).
+    ResourceTemplatesList,
+    /// `prompts/list` (params: optional `cursor`).
+    PromptsList,
+    /// `prompts/get` (params: `name`, optional `arguments`).
+    PromptsGet,
+}
+
+impl McpMethod {
+    /// The MCP method name, e.g. `resources/read`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpMethod::ResourcesList => "resources/list",
+            McpMethod::ResourcesRead => "resources/read",
+            McpMethod::ResourceTemplatesList => "resources/templates/list",
+            McpMethod::PromptsList => "prompts/list",
+            McpMethod::PromptsGet => "prompts/get",
+        }
     }
 }
 

@@ -20,11 +20,12 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::calls::{Msg, json_len};
-use crate::catalog::CatalogEntry;
-use crate::session::{
+use crate::catalog::tool::CatalogEntry;
+use crate::executor::live::Msg;
+use crate::executor::{
     McpServerCall, NestedCall, RunContext, Scope, ToolCallError, ToolExecutor, ToolFuture,
 };
+use crate::result::json_len;
 
 /// What a `before_tool_call` hook sees: one nested call, or the outer
 /// `exec` (`toolKind: "code_mode_exec"`).
@@ -704,7 +705,7 @@ pub(crate) fn redacted_json(value: &Value, bounds: Bounds, what: &str) -> String
     // Whoever reads it must know they do not see everything.
     let note = format!(
         " … [summary: {what} is {} bytes; long strings, deep nesting or the rest are not shown]",
-        crate::calls::json_len(value)
+        crate::result::json_len(value)
     );
     let mut end = text.len().min(bounds.bytes.saturating_sub(note.len()));
     while !text.is_char_boundary(end) {

@@ -1,6 +1,6 @@
 //! Bridge requests, parsed once: the JSON a guest sends (untrusted: a cell
 //! can forge any payload) becomes one [`BridgeRequest`] with typed, capped
-//! fields before any handler runs. The handlers in [`crate::bridge`] only
+//! fields before any handler runs. The handlers in [`crate::run::bridge`] only
 //! look things up in the run's catalog.
 //!
 //! Every refusal here is a plain, catchable rejection with the same message
@@ -13,8 +13,8 @@
 use codemode_sandbox::{GuestJsonError, Settlement};
 use serde_json::{Map, Value};
 
+use crate::catalog::guest_api::{McpOp, Method};
 use crate::config::CodeModeConfig;
-use crate::guest_api::{McpOp, Method};
 use crate::result::ErrorCode;
 
 /// The longest id, name, query, path or URI a guest request may carry: far

@@ -12,7 +12,7 @@
 use codemode_sandbox::GuestApi;
 use serde_json::{Value, json};
 
-use crate::session::McpMethod;
+use crate::catalog::mcp::McpMethod;
 
 /// The guest API's JavaScript (see the file's header).
 const SOURCE: &str = include_str!("guest_api.js");

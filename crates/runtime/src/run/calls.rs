@@ -18,23 +18,10 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::control::GateState;
-use crate::result::{CallOutcome, CallReceipt, Receipts};
-use crate::session::{ToolCallError, ToolFuture};
+use crate::executor::live::Msg;
+use crate::executor::{ToolCallError, ToolFuture};
+use crate::result::{CallOutcome, CallReceipt, Receipts, json_len};
 use crate::trajectory::{Trajectory, TrajectoryEvent};
-
-/// What reaches a drive through the run's channel.
-pub(crate) enum Msg {
-    /// A spawned call finished.
-    Done {
-        request_id: u32,
-        outcome: Result<Value, ToolCallError>,
-    },
-    /// The run's scope was aborted.
-    Abort,
-    /// A gated call now waits for a decision: the drive re-checks whether
-    /// anything else keeps the cell busy.
-    AwaitingApproval,
-}
 
 /// What the run records of a call: ids and sizes, never the input.
 pub(crate) struct CallInfo {
@@ -94,9 +81,9 @@ pub(crate) struct Calls {
     /// Where progress goes while an exec/wait drives the run.
     progress: crate::progress::ProgressSlot,
     /// Where results go while the run waits in a durable store.
-    sink: crate::durable::ResultSink,
-    /// Taken before the next call starts (see [`crate::durable::DeferredClaim`]).
-    deferred_claim: Option<crate::durable::DeferredClaim>,
+    sink: crate::run::sink::ResultSink,
+    /// Taken before the next call starts (see [`crate::run::sink::DeferredClaim`]).
+    deferred_claim: Option<crate::run::sink::DeferredClaim>,
 }
 
 impl Calls {
@@ -110,20 +97,20 @@ impl Calls {
             trajectory,
             receipts: Receipts::default(),
             progress: crate::progress::ProgressSlot::default(),
-            sink: crate::durable::ResultSink::default(),
+            sink: crate::run::sink::ResultSink::default(),
             deferred_claim: None,
         }
     }
 
     /// Sets (or, with `None`, drops) the claim to take before the next
     /// call starts.
-    pub(crate) fn defer_claim(&mut self, claim: Option<crate::durable::DeferredClaim>) {
+    pub(crate) fn defer_claim(&mut self, claim: Option<crate::run::sink::DeferredClaim>) {
         self.deferred_claim = claim;
     }
 
     /// Where this run's results are written while it waits in a durable
     /// store (shared with the tasks of its calls).
-    pub(crate) fn sink(&self) -> &crate::durable::ResultSink {
+    pub(crate) fn sink(&self) -> &crate::run::sink::ResultSink {
         &self.sink
     }
 
@@ -354,26 +341,6 @@ impl Drop for Calls {
     fn drop(&mut self) {
         // Expiry or a dropped scope: no result carries these receipts.
         self.cancel_all(Cancel::Aborted);
-    }
-}
-
-/// Bytes of `value` as compact JSON, counted without building the text
-/// (this runs twice per nested call: input and result sizes).
-pub(crate) fn json_len(value: &Value) -> u64 {
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len() as u64;
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => count.0,
-        Err(_) => 0,
     }
 }
 

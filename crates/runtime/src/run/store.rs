@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use codemode_sandbox::Snapshot;
 
-use crate::run_state::RunState;
-use crate::session::Scope;
+use crate::executor::Scope;
+use crate::run::state::RunState;
 
 /// A run waiting for `wait`.
 pub(crate) struct SuspendedRun {
@@ -25,20 +25,12 @@ pub(crate) struct SuspendedRun {
     pub(crate) generation: Option<u64>,
 }
 
-/// Who a run belongs to beyond its session, and how many suspended runs
-/// that owner may hold in all.
 impl SuspendedRun {
     /// Memory the waiting run holds: its snapshot and the large results
     /// it keeps as handles (both count against the store's byte bounds).
     pub(crate) fn held_bytes(&self) -> usize {
         self.snapshot.size_bytes() + self.state.handles.bytes()
     }
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Owner {
-    pub(crate) name: Arc<str>,
-    pub(crate) max_suspended_runs: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
