@@ -15,9 +15,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use crate::config::BearerToken;
 use crate::oauth::TokenValidator;
 
-/// Who made a request: the name of the token it carried.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Principal(pub String);
+pub use crate::principal::Principal;
 
 /// Equal without an early exit: the time depends on the length of `a`
 /// (the token a client sent) only, never on where the inputs differ.

@@ -14,8 +14,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
-use crate::auth::Principal;
 use crate::config::OAuthResource;
+use crate::principal::Principal;
 
 /// Keys are fetched again at most this often for an unknown key id (a
 /// client sending made-up `kid`s cannot make the gateway hammer the issuer).

@@ -39,11 +39,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a server that timed out a call gets to answer a ping.
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A failed upstream request, fit for the model (server name and cause,
-/// never a secret).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct UpstreamError(pub String);
+pub use crate::upstream_error::UpstreamError;
 
 /// What the gateway knows of a connected server.
 #[derive(Debug, Clone)]

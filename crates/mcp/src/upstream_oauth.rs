@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 
 use crate::config::UpstreamOAuth;
 use crate::token_store::TokenFile;
-use crate::upstream::UpstreamError;
+use crate::upstream_error::UpstreamError;
 use crate::upstream_http::TraceHeaders;
 
 /// An HTTP client for `url` that carries access tokens got as `oauth` says.

@@ -1,12 +1,15 @@
-//! Architecture invariants of the runtime crate, read from its own source
-//! (as rust-analyzer keeps its rules in tests): the modules' `crate::`
-//! imports form no circle, and every import points to the same floor or a
-//! lower one (`ARCHITECTURE.md`, "Layers of the runtime crate").
+//! Architecture invariants read from the source (as rust-analyzer keeps
+//! its rules in tests): in no crate of the workspace do the modules'
+//! `crate::` imports form a circle, and in the runtime crate every import
+//! points to the same floor or a lower one (`ARCHITECTURE.md`, "Floors of
+//! the runtime crate").
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The floors of the crate, bottom first, by top-level module. A module
+use xtask::workspace_root;
+
+/// The floors of the runtime crate, bottom first, by top-level module. A module
 /// imports only from its own floor or below; within a floor, the module
 /// graph must still be acyclic.
 const FLOORS: &[(&str, u8)] = &[
@@ -37,12 +40,32 @@ const FLOORS: &[(&str, u8)] = &[
     ("lib", 5),
 ];
 
-fn src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+/// The `src` folder of every crate in the workspace, by folder name.
+fn crate_sources() -> Vec<(String, PathBuf)> {
+    let root = workspace_root();
+    let mut dirs = vec![
+        ("guest".to_owned(), root.join("guest/src")),
+        ("xtask".to_owned(), root.join("xtask/src")),
+    ];
+    let crates =
+        std::fs::read_dir(root.join("crates")).unwrap_or_else(|e| panic!("read crates/: {e}"));
+    for entry in crates.filter_map(Result::ok) {
+        let src = entry.path().join("src");
+        if src.is_dir() {
+            dirs.push((entry.file_name().to_string_lossy().into_owned(), src));
+        }
+    }
+    dirs.sort();
+    dirs
 }
 
-/// Module path (`run::state`, `catalog`, `lib`) of every source file.
-fn modules() -> BTreeMap<String, String> {
+fn runtime_src() -> PathBuf {
+    workspace_root().join("crates/runtime/src")
+}
+
+/// Module path (`run::state`, `catalog`, `lib`) of every source file
+/// under `root`.
+fn modules(root: &Path) -> BTreeMap<String, String> {
     fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
         let mut entries: Vec<_> = std::fs::read_dir(dir)
             .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
@@ -72,8 +95,7 @@ fn modules() -> BTreeMap<String, String> {
         }
     }
     let mut out = BTreeMap::new();
-    let root = src_dir();
-    walk(&root, &root, &mut out);
+    walk(root, root, &mut out);
     out
 }
 
@@ -179,8 +201,8 @@ fn module_of(path: &str, modules: &BTreeSet<String>) -> Option<String> {
 
 /// Module → the modules it imports (itself and its own ancestors left
 /// out: a folder's `mod.rs` declaring its children is not an import).
-fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let sources = modules();
+fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let sources = modules(src);
     let names: BTreeSet<String> = sources.keys().cloned().collect();
     let mut graph = BTreeMap::new();
     for (module, text) in &sources {
@@ -219,19 +241,19 @@ fn the_parser_reads_use_trees_and_paths() {
 
 #[test]
 fn every_module_has_a_floor() {
-    let missing: Vec<String> = modules()
+    let missing: Vec<String> = modules(&runtime_src())
         .into_keys()
         .filter(|m| floor_of(m).is_none())
         .collect();
     assert!(
         missing.is_empty(),
-        "modules without a floor: {missing:?}; add their top-level module to FLOORS in tests/architecture.rs (and ARCHITECTURE.md)"
+        "modules without a floor: {missing:?}; add their top-level module to FLOORS in xtask/tests/architecture.rs (and ARCHITECTURE.md)"
     );
 }
 
 #[test]
-fn imports_point_down_the_floors() {
-    let graph = import_graph();
+fn runtime_imports_point_down_the_floors() {
+    let graph = import_graph(&runtime_src());
     assert!(
         graph.len() > 20 && graph.values().map(BTreeSet::len).sum::<usize>() > 100,
         "the source scan found too little: {} modules",
@@ -308,10 +330,20 @@ fn find_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>
 }
 
 #[test]
-fn no_import_circle() {
-    if let Some(circle) = find_circle(&import_graph()) {
-        panic!("import circle: {}", circle.join(" -> "));
-    }
+fn no_import_circle_in_any_crate() {
+    let crates = crate_sources();
+    assert!(crates.len() >= 8, "found only {crates:?}");
+    let circles: Vec<String> = crates
+        .iter()
+        .filter_map(|(name, src)| {
+            find_circle(&import_graph(src)).map(|c| format!("{name}: {}", c.join(" -> ")))
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
 }
 
 #[test]
