@@ -10,6 +10,7 @@
 //! that does not answer it is killed and restarted.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -234,6 +235,20 @@ struct ProgressRoute {
     routes: ProgressRoutes,
     token: String,
 }
+
+impl ProgressRoute {
+    /// Routes `token` to `call` until dropped.
+    fn insert(routes: &ProgressRoutes, token: String, call: InFlightCall) -> ProgressRoute {
+        lock(routes).insert(token.clone(), call);
+        ProgressRoute {
+            routes: Arc::clone(routes),
+            token,
+        }
+    }
+}
+
+/// Keys of calls being sent (no progress token yet).
+static NEXT_SENDING: AtomicU64 = AtomicU64::new(0);
 
 impl Drop for ProgressRoute {
     fn drop(&mut self) {
@@ -645,6 +660,17 @@ impl Upstream {
         let call = async move {
             let mut params = params;
             for _round in 0..MAX_INPUT_ROUNDS {
+                // The call counts as in flight from before it is sent: a
+                // fast server may ask for elicitation before the send
+                // returns the progress token, and must find this session.
+                let sending = ProgressRoute::insert(
+                    &routes,
+                    format!("sending:{}", NEXT_SENDING.fetch_add(1, Ordering::Relaxed)),
+                    InFlightCall {
+                        progress: None,
+                        session: session.map(str::to_owned),
+                    },
+                );
                 // Sent by hand (not `peer.call_tool`) to learn the progress
                 // token the SDK gives the request: the server's progress of
                 // this call goes to whoever follows the run.
@@ -656,23 +682,15 @@ impl Upstream {
                         rmcp::service::PeerRequestOptions::no_options(),
                     )
                     .await?;
-                let _route = {
-                    let token = token_key(&handle.progress_token);
-                    routes
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(
-                            token.clone(),
-                            InFlightCall {
-                                progress: progress.cloned(),
-                                session: session.map(str::to_owned),
-                            },
-                        );
-                    ProgressRoute {
-                        routes: Arc::clone(&routes),
-                        token,
-                    }
-                };
+                let _route = ProgressRoute::insert(
+                    &routes,
+                    token_key(&handle.progress_token),
+                    InFlightCall {
+                        progress: progress.cloned(),
+                        session: session.map(str::to_owned),
+                    },
+                );
+                drop(sending);
                 // Dropped unanswered (timeout, cancellation): the server is told.
                 let mut abandoned = CancelOnDrop {
                     peer: Some(peer.clone()),
