@@ -795,10 +795,7 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
         };
         let session = runtime.session(context, catalog, executor);
         let mut result = session
-            .exec_call(
-                "cli_exec",
-                &serde_json::json!({ "code": code, "language": language }),
-            )
+            .exec_call("cli_exec", &serde_json::json!({ "code": code, "language": language }), codemode_runtime::CallOptions::default())
             .await;
         print_result(&result)?;
         while follow

@@ -889,24 +889,15 @@ impl ServerHandler for GatewaySession {
         };
         let result = tracing::Instrument::instrument(
             async {
-                match (tool, progress) {
-                    ("exec", progress) => {
-                        self.refresh_catalog().await;
-                        match progress {
-                            Some(sink) => {
-                                self.session
-                                    .exec_call_with_progress(&call_id, &input, sink)
-                                    .await
-                            }
-                            None => self.session.exec_call(&call_id, &input).await,
-                        }
-                    }
-                    (_, Some(sink)) => {
-                        self.session
-                            .wait_call_with_progress(&call_id, &input, sink)
-                            .await
-                    }
-                    (_, None) => self.session.wait_call(&call_id, &input).await,
+                let mut options = codemode_runtime::CallOptions::default();
+                if let Some(sink) = progress {
+                    options = options.with_progress(sink);
+                }
+                if tool == "exec" {
+                    self.refresh_catalog().await;
+                    self.session.exec_call(&call_id, &input, options).await
+                } else {
+                    self.session.wait_call(&call_id, &input, options).await
                 }
             },
             span,

@@ -267,7 +267,11 @@ async fn drive(
             .clone();
         let Some(session) = session else { return };
         let result = session
-            .wait_call(&call_id, &json!({ "runId": run_id }))
+            .wait_call(
+                &call_id,
+                &json!({ "runId": run_id }),
+                codemode_runtime::CallOptions::default(),
+            )
             .await;
         drop(session);
         if entry.lock().cancel_requested {

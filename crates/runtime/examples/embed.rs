@@ -89,14 +89,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return file.text;
     "#;
     let mut result = session
-        .exec_call("toolu_01", &json!({ "code": code }))
+        .exec_call(
+            "toolu_01",
+            &json!({ "code": code }),
+            codemode_runtime::CallOptions::default(),
+        )
         .await;
     println!("exec -> {}", result.to_json());
     let mut n = 0;
     while let CodeModeResult::Waiting { run_id, .. } = &result {
         n += 1;
         let input = json!({ "runId": run_id });
-        result = session.wait_call(&format!("toolu_wait_{n}"), &input).await;
+        result = session
+            .wait_call(
+                &format!("toolu_wait_{n}"),
+                &input,
+                codemode_runtime::CallOptions::default(),
+            )
+            .await;
         println!("wait -> {}", result.to_json());
     }
     println!("trajectory:\n{}", session.trajectory().to_json_lines());

@@ -182,7 +182,7 @@ impl BridgeFuzzer {
     /// one), or was left unanswered without starting a call.
     pub fn answer(&self, bytes: &[u8]) {
         let _entered = self.tokio.enter();
-        let env = self.session.env();
+        let env = self.session.env(Default::default());
         let ctx = DriveCtx {
             progress: None,
             limits: Default::default(),

@@ -33,12 +33,12 @@
 //!
 //! // The model's exec call: nested calls run through the executor.
 //! let result = session
-//!     .exec_call("toolu_1", &json!({ "code": "const w = await tools.weather({ city: 'Oslo' }); return w.tempC" }))
+//!     .exec_call("toolu_1", &json!({ "code": "const w = await tools.weather({ city: 'Oslo' }); return w.tempC" }), CallOptions::default())
 //!     .await;
 //! match &result {
 //!     CodeModeResult::Waiting { run_id, .. } => {
 //!         // Slow calls: answer the model with `result`; its `wait` resumes.
-//!         let _ = session.wait_call("toolu_2", &json!({ "runId": run_id })).await;
+//!         let _ = session.wait_call("toolu_2", &json!({ "runId": run_id }), CallOptions::default()).await;
 //!     }
 //!     _ => println!("{}", result.to_json()),
 //! }
@@ -100,7 +100,7 @@ pub use namespaces::{
 };
 pub use payload::{PayloadError, PayloadShape};
 pub use progress::{CallProgress, ProgressSink, ProgressUpdate};
-pub use session::CodeModeSession;
+pub use session::{CallOptions, CodeModeSession};
 pub use trajectory::{Trajectory, TrajectoryEvent};
 
 /// Whether the TypeScript transformer was ever set up in this process: it is

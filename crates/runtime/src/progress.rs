@@ -51,7 +51,7 @@ pub enum ProgressUpdate {
 }
 
 /// Receives the progress of one `exec`/`wait` (see
-/// [`crate::CodeModeSession::exec_call_with_progress`]). Called from the
+/// [`crate::CallOptions::progress`]). Called from the
 /// runtime's threads: keep it quick (queue, rate-limit, send).
 pub trait ProgressSink: Send + Sync {
     /// One update.

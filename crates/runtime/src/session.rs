@@ -11,10 +11,37 @@ use crate::catalog::surface::{self, ModelTool};
 use crate::control::{ApprovalDecision, ApprovalError, Approver, PendingApproval, ToolHooks};
 use crate::executor::live::{CallCanceller, ScopeState};
 use crate::executor::{RunContext, ToolExecutor};
+use crate::progress::ProgressSink;
 use crate::result::CodeModeResult;
 use crate::run::env::RunEnv;
 use crate::run::host::Host;
 use crate::trajectory::Trajectory;
+
+/// How one `exec` or `wait` runs, beyond the model's input.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct CallOptions {
+    /// Where the call reports its progress while it runs (nested calls
+    /// started and finished, their own progress, the cell's
+    /// `progress(...)`); `None`: nobody follows it.
+    pub progress: Option<Arc<dyn ProgressSink>>,
+}
+
+impl CallOptions {
+    /// Reports progress to `sink`.
+    pub fn with_progress(mut self, sink: Arc<dyn ProgressSink>) -> CallOptions {
+        self.progress = Some(sink);
+        self
+    }
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
 
 /// Code mode for one agent run (the [`RunContext::agent_run_id`] of its
 /// context): the model's `exec` and `wait` calls of that run, its catalog
@@ -105,8 +132,9 @@ impl CodeModeSession {
     }
 
     /// What an exec or wait of this session starting now runs with.
-    pub(crate) fn env(&self) -> RunEnv {
+    pub(crate) fn env(&self, options: CallOptions) -> RunEnv {
         RunEnv {
+            progress: options.progress,
             host: Arc::clone(&self.host),
             scope: Arc::clone(&self.scope),
             context: Arc::clone(&self.context),
@@ -237,38 +265,18 @@ impl CodeModeSession {
     /// Runs the model's `exec` input under a generated call id.
     pub async fn exec(&self, input: &Value) -> CodeModeResult {
         let n = self.exec_counter.fetch_add(1, Ordering::Relaxed) + 1;
-        self.exec_call(&format!("exec_{n}"), input).await
-    }
-
-    /// [`CodeModeSession::exec_call`], reporting its progress to `sink`
-    /// while it runs (nested calls started and finished, their own
-    /// progress, the cell's `progress(...)`).
-    pub async fn exec_call_with_progress(
-        &self,
-        call_id: &str,
-        input: &Value,
-        sink: Arc<dyn crate::progress::ProgressSink>,
-    ) -> CodeModeResult {
-        crate::run::env::PROGRESS
-            .scope(Some(sink), self.exec_call(call_id, input))
-            .await
-    }
-
-    /// [`CodeModeSession::wait_call`], reporting its progress to `sink`.
-    pub async fn wait_call_with_progress(
-        &self,
-        call_id: &str,
-        input: &Value,
-        sink: Arc<dyn crate::progress::ProgressSink>,
-    ) -> CodeModeResult {
-        crate::run::env::PROGRESS
-            .scope(Some(sink), self.wait_call(call_id, input))
+        self.exec_call(&format!("exec_{n}"), input, CallOptions::default())
             .await
     }
 
     /// Runs the model's `exec` input; `call_id` is the model's tool-call id
     /// (nested calls name it as their parent).
-    pub async fn exec_call(&self, call_id: &str, input: &Value) -> CodeModeResult {
+    pub async fn exec_call(
+        &self,
+        call_id: &str,
+        input: &Value,
+        options: CallOptions,
+    ) -> CodeModeResult {
         // The trace span of the exec: nested calls are its children. Ids
         // and outcome only, never the code.
         let span = tracing::info_span!(
@@ -279,8 +287,9 @@ impl CodeModeSession {
             code = tracing::field::Empty,
             run_id = tracing::field::Empty,
         );
+        let env = self.env(options);
         let result = tracing::Instrument::instrument(
-            crate::run::drive::exec(&self.env(), call_id, input),
+            crate::run::drive::exec(&env, call_id, input),
             span.clone(),
         )
         .await;
@@ -288,14 +297,21 @@ impl CodeModeSession {
         result
     }
 
-    /// Resumes a waiting run (the model's `wait` input).
+    /// Resumes a waiting run (the model's `wait` input) under a generated
+    /// call id.
     pub async fn wait(&self, input: &Value) -> CodeModeResult {
         let n = self.exec_counter.fetch_add(1, Ordering::Relaxed) + 1;
-        self.wait_call(&format!("wait_{n}"), input).await
+        self.wait_call(&format!("wait_{n}"), input, CallOptions::default())
+            .await
     }
 
     /// Resumes a waiting run; `call_id` is the model's tool-call id.
-    pub async fn wait_call(&self, call_id: &str, input: &Value) -> CodeModeResult {
+    pub async fn wait_call(
+        &self,
+        call_id: &str,
+        input: &Value,
+        options: CallOptions,
+    ) -> CodeModeResult {
         let span = tracing::info_span!(
             target: "codemode::trace",
             "code_mode.wait",
@@ -304,8 +320,9 @@ impl CodeModeSession {
             code = tracing::field::Empty,
             run_id = tracing::field::Empty,
         );
+        let env = self.env(options);
         let result = tracing::Instrument::instrument(
-            crate::run::drive::wait(&self.env(), call_id, input),
+            crate::run::drive::wait(&env, call_id, input),
             span.clone(),
         )
         .await;

@@ -436,9 +436,13 @@ async fn cancelling_a_call_stops_a_busy_cell_within_milliseconds() {
     let busy = {
         let s = Arc::clone(&s);
         tokio::spawn(async move {
-            s.exec_call("call-busy", &json!({ "code": "for (;;) {}" }))
-                .await
-                .to_json()
+            s.exec_call(
+                "call-busy",
+                &json!({ "code": "for (;;) {}" }),
+                codemode_runtime::CallOptions::default(),
+            )
+            .await
+            .to_json()
         })
     };
     while runtime.live_vms() == 0 {
@@ -496,7 +500,11 @@ async fn a_cancelled_call_that_has_not_started_never_runs() {
     let s = session(shared(), Vec::new(), Scripted::default());
     s.canceller().cancel_call("early");
     let result = s
-        .exec_call("early", &json!({ "code": "return 1" }))
+        .exec_call(
+            "early",
+            &json!({ "code": "return 1" }),
+            codemode_runtime::CallOptions::default(),
+        )
         .await
         .to_json();
     assert_eq!(result["code"], "aborted", "{result}");

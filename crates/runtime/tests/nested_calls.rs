@@ -246,6 +246,7 @@ async fn the_executor_gets_the_run_context_parent_call_and_catalog_entry() {
         .exec_call(
             "call_abc",
             &json!({"code": "await tools.echo({ x: 1 }); await tools.echo({ x: 2 }); return 1"}),
+            codemode_runtime::CallOptions::default(),
         )
         .await;
     assert_eq!(r.status(), "completed", "{}", r.to_json());

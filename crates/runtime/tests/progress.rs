@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codemode_runtime::{
-    NestedCall, ProgressSink, ProgressUpdate, ToolCallError, ToolExecutor, ToolFuture, ToolSource,
+    CallOptions, NestedCall, ProgressSink, ProgressUpdate, ToolCallError, ToolExecutor, ToolFuture,
+    ToolSource,
 };
 use common::{exec, runtime_with, tool};
 use serde_json::json;
@@ -66,7 +67,7 @@ async fn an_exec_reports_its_calls_their_progress_and_the_cells() {
     let s = session();
     let sink = Arc::new(Collect::default());
     let r = s
-        .exec_call_with_progress(
+        .exec_call(
             "exec_p1",
             &json!({ "code": r#"
                 progress(1, 3, "starting");
@@ -74,7 +75,7 @@ async fn an_exec_reports_its_calls_their_progress_and_the_cells() {
                 try { await tools.broken({}); } catch {}
                 await progress(3, 3);
                 return "done";"# }),
-            sink.clone(),
+            CallOptions::default().with_progress(sink.clone()),
         )
         .await;
     assert_eq!(r.to_json()["value"], "done", "{}", r.to_json());
@@ -119,10 +120,10 @@ async fn a_wait_reports_what_happens_while_it_drives_and_nothing_is_kept_between
     let s = session();
     let first = Arc::new(Collect::default());
     let r = s
-        .exec_call_with_progress(
+        .exec_call(
             "exec_p2",
             &json!({ "code": "return await tools.slow({ ms: 700 })" }),
-            first.clone(),
+            CallOptions::default().with_progress(first.clone()),
         )
         .await
         .to_json();
@@ -136,12 +137,20 @@ async fn a_wait_reports_what_happens_while_it_drives_and_nothing_is_kept_between
     );
     let second = Arc::new(Collect::default());
     let mut r = s
-        .wait_call_with_progress("wait_p2", &json!({ "runId": r["runId"] }), second.clone())
+        .wait_call(
+            "wait_p2",
+            &json!({ "runId": r["runId"] }),
+            CallOptions::default().with_progress(second.clone()),
+        )
         .await
         .to_json();
     while r["status"] == "waiting" {
         r = s
-            .wait_call_with_progress("wait_p2b", &json!({ "runId": r["runId"] }), second.clone())
+            .wait_call(
+                "wait_p2b",
+                &json!({ "runId": r["runId"] }),
+                CallOptions::default().with_progress(second.clone()),
+            )
             .await
             .to_json();
     }

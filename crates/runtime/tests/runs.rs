@@ -79,7 +79,11 @@ async fn pending_calls_suspend_keep_running_and_wait_delivers_them() {
     let g = gates();
     let s = session(quick(), tools(), g.executor.clone());
     let r = s
-        .exec_call("call_1", &json!({ "code": TWO_GATES }))
+        .exec_call(
+            "call_1",
+            &json!({ "code": TWO_GATES }),
+            codemode_runtime::CallOptions::default(),
+        )
         .await
         .to_json();
     assert_eq!(r["status"], "waiting", "{r}");
@@ -504,13 +508,21 @@ async fn telemetry_and_trajectory_record_nested_calls_without_inputs() {
         "await tools.search('echo'); await tools.describe('openclaw:core:echo');\nawait tools.echo({{ token: '{secret}' }});\nreturn (await tools.gated({{ token: '{secret}' }})).token.length;"
     );
     let r = s
-        .exec_call("call_9", &json!({ "code": code }))
+        .exec_call(
+            "call_9",
+            &json!({ "code": code }),
+            codemode_runtime::CallOptions::default(),
+        )
         .await
         .to_json();
     assert_eq!(r["status"], "waiting", "{r}");
     g.first.add_permits(1);
     let done = s
-        .wait_call("call_10", &json!({ "runId": r["runId"] }))
+        .wait_call(
+            "call_10",
+            &json!({ "runId": r["runId"] }),
+            codemode_runtime::CallOptions::default(),
+        )
         .await
         .to_json();
     assert_eq!(done["status"], "completed", "{done}");

@@ -714,7 +714,7 @@ mod tests {
 
     /// The host's answer to one raw payload.
     fn answer(f: &Fixture, payload: Value) -> Settlement {
-        let env = f.session.env();
+        let env = f.session.env(Default::default());
         let ctx = DriveCtx {
             progress: None,
             limits: Default::default(),

@@ -24,6 +24,8 @@ use crate::trajectory::Trajectory;
 /// The session's side of an exec or wait.
 pub(crate) struct RunEnv {
     pub(crate) host: Arc<Host>,
+    /// Where this exec/wait reports progress, if anyone follows it.
+    pub(crate) progress: Option<Arc<dyn crate::progress::ProgressSink>>,
     pub(crate) scope: Arc<ScopeState>,
     pub(crate) context: Arc<RunContext>,
     /// The catalog new runs start with (a run keeps its own across waits).
@@ -88,12 +90,6 @@ impl RunEnv {
     }
 }
 
-tokio::task_local! {
-    /// The progress sink of the `exec`/`wait` being awaited, if its host
-    /// asked for progress.
-    pub(crate) static PROGRESS: Option<Arc<dyn crate::progress::ProgressSink>>;
-}
-
 /// What one drive needs besides the run.
 pub(crate) struct DriveCtx {
     /// Where this exec/wait reports progress.
@@ -113,7 +109,7 @@ impl DriveCtx {
     pub(crate) fn starting_now(env: &RunEnv) -> DriveCtx {
         let host = Arc::clone(&env.host);
         DriveCtx {
-            progress: PROGRESS.try_with(Clone::clone).ok().flatten(),
+            progress: env.progress.clone(),
             limits: host.limits(),
             deadline: Instant::now() + Duration::from_millis(host.config.timeout_ms),
             host,
