@@ -154,6 +154,10 @@ fn npm_install() -> Result<()> {
         .current_dir(root.join("e2e")))
 }
 
+/// Feature sets CI builds besides the defaults (package, features).
+const OPTIONAL_FEATURE_BUILDS: &[(&str, &str)] =
+    &[("codemode-runtime", ""), ("codemode-runtime", "file-store")];
+
 fn ci() -> Result<()> {
     let root = workspace_root();
     build_guest()?;
@@ -168,6 +172,23 @@ fn ci() -> Result<()> {
         "warnings",
     ]))?;
     run(guest_cargo(&root, "clippy")?.args(["--", "-D", "warnings"]))?;
+    // An embedder's build: the runtime without the durable stores, and the
+    // gateway library without its optional parts.
+    for (package, features) in OPTIONAL_FEATURE_BUILDS {
+        run(cargo().current_dir(&root).args([
+            "clippy",
+            "--locked",
+            "-p",
+            package,
+            "--no-default-features",
+            "--features",
+            features,
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+    }
     run(cargo().current_dir(&root).args(["test", "--locked"]))?;
     // A short soak of the debug gateway under hostile load; the long one
     // (release, figures for BENCHMARKS.md) is `cargo xtask soak`.

@@ -869,6 +869,7 @@ impl ServerHandler for GatewaySession {
         // The request's trace span, continuing the client's W3C
         // `traceparent` when it sent one; the exec/wait span is its child.
         let span = tracing::info_span!(target: "codemode::trace", "mcp.tools_call", tool);
+        #[cfg(feature = "otel")]
         if let Some(parts) = context.extensions.get::<http::request::Parts>() {
             let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
                 propagator.extract(&Headers(&parts.headers))
@@ -996,8 +997,10 @@ impl GatewaySession {
 }
 
 /// HTTP headers as an OpenTelemetry carrier (for `traceparent`).
+#[cfg(feature = "otel")]
 struct Headers<'a>(&'a http::HeaderMap);
 
+#[cfg(feature = "otel")]
 impl opentelemetry::propagation::Extractor for Headers<'_> {
     fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).and_then(|v| v.to_str().ok())

@@ -7,15 +7,15 @@
 //! file is held, and says which it took. A file named explicitly is never
 //! swapped for another.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use codemode_runtime::DurableStore;
-use codemode_runtime::codemode_store::{FileBackend, RedisBackend, StoreError};
+use codemode_runtime::codemode_store::StoreError;
 
 use crate::config::StoreSetting;
 
 /// Files the default tries, in order.
+#[cfg(feature = "file-store")]
 const DEFAULT_FILES: usize = 8;
 
 /// Opens the store `setting` names (`None`: the default file store).
@@ -29,27 +29,51 @@ pub fn open(setting: Option<&StoreSetting>) -> Result<Option<DurableStore>, Stri
         Some(StoreSetting::File(path)) => open_file(path).map(Some).map_err(|e| {
             format!("{e}; pass another path with --store file:PATH, or --store memory")
         }),
-        Some(StoreSetting::Redis(url)) => RedisBackend::open(url)
-            .map(|b| Some(DurableStore(Arc::new(b))))
-            .map_err(|e| {
-                format!("{e}; check that redis-server runs there, or pass --store memory")
-            }),
+        Some(StoreSetting::Redis(url)) => open_redis(url).map(Some).map_err(|e| {
+            format!("{e}; check that redis-server runs there, or pass --store memory")
+        }),
+        #[cfg(feature = "file-store")]
         None => {
             let dir = crate::data_dir::data_dir()?;
             open_default(&dir)
         }
+        // Built without the file store: the default is memory.
+        #[cfg(not(feature = "file-store"))]
+        None => Ok(None),
     }
 }
 
 fn open_file(path: &Path) -> Result<DurableStore, StoreError> {
-    FileBackend::open(path).map(|b| DurableStore(Arc::new(b)))
+    #[cfg(feature = "file-store")]
+    return codemode_runtime::codemode_store::FileBackend::open(path)
+        .map(|b| DurableStore(std::sync::Arc::new(b)));
+    #[cfg(not(feature = "file-store"))]
+    return Err(not_built(&format!("file:{}", path.display()), "file-store"));
+}
+
+fn open_redis(url: &str) -> Result<DurableStore, StoreError> {
+    #[cfg(feature = "redis-store")]
+    return codemode_runtime::codemode_store::RedisBackend::open(url)
+        .map(|b| DurableStore(std::sync::Arc::new(b)));
+    #[cfg(not(feature = "redis-store"))]
+    return Err(not_built(url, "redis-store"));
+}
+
+/// A store this build left out.
+#[cfg(not(all(feature = "file-store", feature = "redis-store")))]
+fn not_built(store: &str, feature: &str) -> StoreError {
+    StoreError::Unavailable {
+        store: store.to_owned(),
+        reason: format!("this gateway was built without the `{feature}` feature of codemode-mcp"),
+    }
 }
 
 /// `runs.db` in `dir`, else the next free of `runs-2.db` … `runs-8.db`.
+#[cfg(feature = "file-store")]
 fn open_default(dir: &Path) -> Result<Option<DurableStore>, String> {
     let mut last = None;
     for n in 1..=DEFAULT_FILES {
-        let path: PathBuf = match n {
+        let path: std::path::PathBuf = match n {
             1 => dir.join("runs.db"),
             n => dir.join(format!("runs-{n}.db")),
         };
@@ -84,7 +108,7 @@ pub fn describe(store: &Option<DurableStore>) -> String {
         .map_or_else(|| "memory".to_owned(), |s| s.0.describe())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "file-store"))]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
     use super::*;

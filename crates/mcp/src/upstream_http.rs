@@ -55,6 +55,7 @@ pub(crate) fn reqwest_client() -> reqwest::Client {
 
 /// Puts the current span's W3C trace context (if any: only when traces
 /// are exported) into a request's `_meta`.
+#[cfg(feature = "otel")]
 pub(crate) fn set_trace_context(params: &mut impl RequestParamsMeta) {
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
     let span = tracing::Span::current();
@@ -72,6 +73,10 @@ pub(crate) fn set_trace_context(params: &mut impl RequestParamsMeta) {
         }
     }
 }
+
+/// Without OpenTelemetry no trace context is exported, so none is sent.
+#[cfg(not(feature = "otel"))]
+pub(crate) fn set_trace_context(_params: &mut impl RequestParamsMeta) {}
 
 /// The trace context a message carries in `_meta`, if it is a request.
 fn trace_context(message: &ClientJsonRpcMessage) -> Option<(String, Option<String>)> {

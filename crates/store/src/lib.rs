@@ -22,13 +22,18 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "file")]
 mod file;
+#[cfg(any(feature = "file", feature = "redis"))]
 mod notify;
+#[cfg(feature = "redis")]
 mod redis_backend;
 #[doc(hidden)]
 pub mod testing;
 
+#[cfg(feature = "file")]
 pub use file::FileBackend;
+#[cfg(feature = "redis")]
 pub use redis_backend::RedisBackend;
 
 /// The owner key that lets anyone holding the run id resume the run
@@ -217,16 +222,33 @@ pub trait RunBackend: Send + Sync {
 /// A message naming the setting and what to write instead, or why the
 /// store could not be opened.
 pub fn open(spec: &str) -> Result<Box<dyn RunBackend>, StoreError> {
-    if let Some(path) = spec.strip_prefix("file:") {
-        Ok(Box::new(FileBackend::open(std::path::Path::new(path))?))
+    if let Some(_path) = spec.strip_prefix("file:") {
+        #[cfg(feature = "file")]
+        return Ok(Box::new(FileBackend::open(std::path::Path::new(_path))?));
+        #[cfg(not(feature = "file"))]
+        return Err(not_built(spec, "file"));
     } else if spec.starts_with("redis://") {
-        Ok(Box::new(RedisBackend::open(spec)?))
+        #[cfg(feature = "redis")]
+        return Ok(Box::new(RedisBackend::open(spec)?));
+        #[cfg(not(feature = "redis"))]
+        return Err(not_built(spec, "redis"));
     } else {
         Err(StoreError::Unavailable {
             store: spec.to_owned(),
             reason: "unknown store; write \"memory\", \"file:PATH\" or \"redis://HOST:PORT/DB\""
                 .into(),
         })
+    }
+}
+
+/// The store a setting names was left out of this build.
+#[cfg(any(not(feature = "file"), not(feature = "redis")))]
+fn not_built(spec: &str, feature: &str) -> StoreError {
+    StoreError::Unavailable {
+        store: spec.to_owned(),
+        reason: format!(
+            "this build has no {feature} store (built without the `{feature}` feature of codemode-store); use a build with it, or \"memory\""
+        ),
     }
 }
 
@@ -245,6 +267,7 @@ pub(crate) fn new_instance_id() -> String {
 
 /// Milliseconds since the Unix epoch (TTLs outlive processes, so they are
 /// wall-clock times).
+#[cfg(any(feature = "file", feature = "redis"))]
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
