@@ -1,10 +1,9 @@
-//! Prometheus metrics of the gateway (`/metrics`, text format), kept with
-//! the maintained `prometheus-client` crate. Counters and histograms are
-//! recorded where things happen; gauges (runs held, sessions, upstream
-//! state) are read from the gateway when a scrape renders them. Labels
-//! carry ids and codes only, never inputs or principals' tokens.
+//! The metrics themselves, kept with the maintained `prometheus-client`
+//! crate (feature `metrics`).
 
 use std::sync::OnceLock;
+
+use super::Snapshot;
 
 use codemode_runtime::CodeModeResult;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -236,16 +235,6 @@ pub(crate) fn upstream_restart(server: &str) {
 /// An HTTP request was refused by authentication.
 pub(crate) fn auth_failure() {
     metrics().auth_failures.inc();
-}
-
-/// The gateway's state at scrape time.
-pub(crate) struct Snapshot<'a> {
-    pub(crate) suspended_runs: usize,
-    pub(crate) store_bytes: usize,
-    pub(crate) sessions: usize,
-    pub(crate) upstreams: Vec<(&'a str, bool)>,
-    /// The durable store's counts (`None`: store memory; `Err`: down).
-    pub(crate) durable: Option<Result<codemode_runtime::codemode_store::StoreStats, ()>>,
 }
 
 /// The text exposition of every metric, with the gauges set from `now`.
