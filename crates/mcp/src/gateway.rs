@@ -68,6 +68,16 @@ pub enum GatewayError {
     /// The run store cannot be opened.
     #[error("run store: {0}")]
     Store(String),
+    /// The config asks for something this build of the library left out.
+    #[error(
+        "{setting} needs the `{feature}` feature of codemode-mcp, which this build leaves out: remove {setting}, or use a build with it (the codemode binary has every feature)"
+    )]
+    NotBuiltIn {
+        /// The config setting.
+        setting: &'static str,
+        /// The Cargo feature it needs.
+        feature: &'static str,
+    },
 }
 
 /// Options beyond the config file.
@@ -359,7 +369,18 @@ impl Gateway {
                 move |request, next| http_conformance(Arc::clone(&known_sessions), request, next)
             }));
         if let Some(auth) = &self.shared.auth {
+            #[cfg(feature = "oauth")]
             let oauth = auth.oauth.clone().map(TokenValidator::new);
+            #[cfg(not(feature = "oauth"))]
+            let oauth: Option<TokenValidator> = match auth.oauth {
+                Some(_) => {
+                    return Err(GatewayError::NotBuiltIn {
+                        setting: "auth.oauth",
+                        feature: "oauth",
+                    });
+                }
+                None => None,
+            };
             let auth = Arc::new(ClientAuth::new(
                 auth.bearer_tokens.clone(),
                 oauth,

@@ -45,8 +45,13 @@ pub mod config;
 pub mod data_dir;
 pub mod gateway;
 pub mod hooks;
+#[cfg(feature = "oauth")]
 pub mod login;
 mod metrics;
+#[cfg(feature = "oauth")]
+mod oauth;
+#[cfg(not(feature = "oauth"))]
+#[path = "oauth_off.rs"]
 mod oauth;
 mod principal;
 mod progress;
@@ -54,10 +59,12 @@ mod relay;
 pub mod run_store;
 mod stdio_guard;
 mod tasks;
+#[cfg(feature = "oauth")]
 mod token_store;
 pub mod upstream;
 mod upstream_error;
 mod upstream_http;
+#[cfg(feature = "oauth")]
 mod upstream_oauth;
 mod upstream_stdio;
 pub mod upstreams;

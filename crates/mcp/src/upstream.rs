@@ -557,6 +557,13 @@ impl Upstream {
                         )
                         .await
                         .map_err(|e| fail("initialize failed", &e))?,
+                    #[cfg(not(feature = "oauth"))]
+                    Some(_) => {
+                        return Err(UpstreamError(format!(
+                            "MCP server `{name}`: `oauth` needs the `oauth` feature of codemode-mcp, which this build leaves out (the codemode binary has it)"
+                        )));
+                    }
+                    #[cfg(feature = "oauth")]
                     Some(oauth) => {
                         let client =
                             crate::upstream_oauth::authorized_client(name, url, oauth, http)
