@@ -1,0 +1,70 @@
+//! Per-principal admission: `auth.maxConcurrentExecs` running calls.
+
+use std::sync::{Arc, PoisonError};
+
+use codemode_runtime::CodeModeResult;
+
+use super::{GatewaySession, Shared};
+use crate::auth::Principal;
+
+/// One running `exec`/`wait` of a principal, counted until dropped.
+pub(super) struct Running {
+    shared: Arc<Shared>,
+    principal: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = self
+            .shared
+            .running_by_principal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = running.get_mut(&self.principal) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.principal);
+            }
+        }
+    }
+}
+
+impl GatewaySession {
+    /// Counts one more running call for `principal` under
+    /// `auth.maxConcurrentExecs`; the refusal is a `runtime_unavailable`
+    /// result naming the limit.
+    pub(super) fn admit(
+        &self,
+        principal: Option<&Principal>,
+    ) -> Result<Option<Running>, Box<CodeModeResult>> {
+        let (Some(principal), Some(auth)) = (principal, &self.shared.auth) else {
+            return Ok(None);
+        };
+        // The session's runs count against its principal's bound on
+        // suspended runs (a session belongs to one principal: see `auth`).
+        self.session
+            .bind_owner(&principal.0, auth.max_suspended_runs);
+        let max = auth.max_concurrent_execs;
+        let mut running = self
+            .shared
+            .running_by_principal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let n = running.entry(principal.0.clone()).or_insert(0);
+        if *n >= max {
+            return Err(Box::new(CodeModeResult::failure(
+                codemode_runtime::ErrorCode::RuntimeUnavailable,
+                format!(
+                    "principal `{}` already has {max} exec/wait calls running (auth.maxConcurrentExecs); wait for one to finish",
+                    principal.0
+                ),
+                codemode_runtime::Telemetry::default(),
+            )));
+        }
+        *n += 1;
+        Ok(Some(Running {
+            shared: Arc::clone(&self.shared),
+            principal: principal.0.clone(),
+        }))
+    }
+}

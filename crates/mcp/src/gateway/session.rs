@@ -1,0 +1,382 @@
+//! One MCP client session ([`GatewaySession`]): the server handler that
+//! lists exactly `exec` and `wait`, runs them in the runtime session, and
+//! answers tasks.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use codemode_runtime::{CodeModeResult, CodeModeSession};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::{INSTRUCTIONS, Shared};
+use crate::auth::Principal;
+use crate::config::ResultForm;
+
+/// Session ids only need to be unique and unguessable enough within this
+/// process: std's randomly keyed hasher gives 64 fresh bits.
+pub(super) fn session_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+/// One MCP client session of the gateway.
+pub struct GatewaySession {
+    pub(super) shared: Arc<Shared>,
+    pub(super) id: String,
+    /// Shared with the tasks this session started (they drive its runs
+    /// after the request, or the whole session, is gone).
+    pub(super) session: Arc<CodeModeSession>,
+    /// The client, for approval requests (set at its first tool call).
+    pub(super) peer: Arc<OnceLock<Peer<RoleServer>>>,
+    pub(super) catalog_version: AtomicU64,
+    /// Cancelled when the session ends: stops its list-changed watcher.
+    pub(super) ended: CancellationToken,
+}
+
+impl Drop for GatewaySession {
+    /// The client is gone: its running cells stop now (their nested calls
+    /// are cancelled) instead of running to their timeouts.
+    fn drop(&mut self) {
+        self.ended.cancel();
+        self.shared.upstreams.clients().remove(&self.id);
+        // Runs owned by a principal or by their id outlive the session; a
+        // task still driving one of its runs keeps the rest alive.
+        if Arc::strong_count(&self.session) == 1 {
+            self.session.close();
+        }
+        self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
+        info!(session = %self.id, "MCP client session ended");
+    }
+}
+
+impl GatewaySession {
+    /// Brings the session's catalog up to date with the upstream servers
+    /// (waiting for servers still starting).
+    async fn refresh_catalog(&self) {
+        self.shared.upstreams.started().await;
+        let version = self.shared.upstreams.version();
+        if self.catalog_version.swap(version, Ordering::SeqCst) != version {
+            self.session
+                .replace_catalog(self.shared.upstreams.catalog());
+        }
+    }
+
+    fn model_tools(&self) -> Vec<Tool> {
+        // With structured results the tools say what they return.
+        let output_schema = match self.shared.result_form {
+            ResultForm::Text => None,
+            ResultForm::Structured | ResultForm::Both => match codemode_runtime::result_schema() {
+                Value::Object(map) => Some(Arc::new(map)),
+                _ => None,
+            },
+        };
+        self.session
+            .model_tools()
+            .into_iter()
+            .map(|t| {
+                let schema = match t.input_schema {
+                    Value::Object(map) => map,
+                    _ => serde_json::Map::new(),
+                };
+                let mut tool = Tool::new(t.name, t.description, Arc::new(schema));
+                tool.output_schema = output_schema.clone();
+                tool
+            })
+            .collect()
+    }
+
+    /// The result union as an MCP tool result, once (`results.form`): the
+    /// model's view of the result (short telemetry) as `structuredContent`
+    /// with a one-paragraph text, or as JSON text only, or both in full;
+    /// `isError` when it failed; the full telemetry (numbers rounded) in
+    /// `_meta["codemode/telemetry"]` for operators and tools, not the model.
+    fn tool_result(&self, result: &CodeModeResult) -> CallToolResult {
+        tool_result(self.shared.result_form, result)
+    }
+}
+
+/// [`GatewaySession::tool_result`] for a given `results.form`.
+fn tool_result(form: ResultForm, result: &CodeModeResult) -> CallToolResult {
+    let model = result.to_model_json();
+    let json_text = || serde_json::to_string(&model).unwrap_or_else(|_| model.to_string());
+    let (text, structured) = match form {
+        ResultForm::Structured => (result.summary_text(), Some(model.clone())),
+        ResultForm::Text => (json_text(), None),
+        ResultForm::Both => (json_text(), Some(model.clone())),
+    };
+    let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+    out.is_error = Some(matches!(result, CodeModeResult::Failed { .. }));
+    out.structured_content = structured;
+    let mut meta = rmcp::model::MetaObject::new();
+    if let Ok(telemetry) = serde_json::to_value(result.telemetry()) {
+        meta.insert("codemode/telemetry".into(), telemetry);
+    }
+    out.meta = Some(meta);
+    out
+}
+
+impl ServerHandler for GatewaySession {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
+    }
+
+    /// Every version the SDK knows: up to 2025-11-25 with a session
+    /// (`initialize`), 2026-07-28 stateless (a new handler per request; its
+    /// runs belong to the principal, or to whoever holds the run id).
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        let principal = principal_of(&context);
+        self.shared
+            .tasks
+            .get(&request.task_id, principal.as_ref().map(|p| p.0.as_str()))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = principal_of(&context);
+        self.shared
+            .tasks
+            .cancel(&request.task_id, principal.as_ref().map(|p| p.0.as_str()))
+    }
+
+    /// Watches the upstream servers for this session: when what the exec
+    /// description says changes (servers, tool counts), the client is told
+    /// `notifications/tools/list_changed`.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let peer = context.peer;
+        let upstreams = Arc::clone(&self.shared.upstreams);
+        let runtime = self.shared.runtime.clone();
+        let ended = self.ended.clone();
+        let mut versions = upstreams.watch_version();
+        let described = move || {
+            let catalog = upstreams.catalog();
+            codemode_runtime::model_tools(runtime.config(), &catalog)
+                .into_iter()
+                .map(|t| t.description)
+                .collect::<Vec<_>>()
+        };
+        let mut last = described();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = ended.cancelled() => break,
+                    changed = versions.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                    }
+                }
+                let now = described();
+                if now != last {
+                    last = now;
+                    if peer.notify_tool_list_changed().await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.refresh_catalog().await;
+        let result = ListToolsResult::with_all_items(self.model_tools());
+        // Fail closed: the answer must be exactly the runtime's exec and
+        // wait (this also feeds the OPENCLAW_DEBUG_MODEL_* logs).
+        let payload = serde_json::to_value(&result).unwrap_or(Value::Null);
+        if let Err(e) = self
+            .session
+            .surface()
+            .check_payload(codemode_runtime::PayloadShape::McpToolsList, &payload)
+        {
+            tracing::error!(error = %e, "tools/list refused");
+            return Err(ErrorData::internal_error(e.to_string(), None));
+        }
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let input = Value::Object(request.arguments.unwrap_or_default());
+        let call_id = format!("{}:{}", self.id, context.id);
+        // One peer per client session: approvals are asked through it.
+        let _ = self.peer.set(context.peer.clone());
+        // `notifications/cancelled` (or the session closing) cancels the
+        // request's token. The exec blocks this task while its VM runs, so
+        // the watcher runs beside it.
+        let watcher = {
+            let canceller = self.session.canceller();
+            let call_id = call_id.clone();
+            let ct = context.ct.clone();
+            tokio::spawn(async move {
+                ct.cancelled().await;
+                info!(call = %call_id, "client cancelled the call");
+                canceller.cancel_call(&call_id);
+            })
+        };
+        let _stop_watcher = AbortOnDrop(watcher);
+        let principal = principal_of(&context);
+        // A stateless request (2026-07-28: no session) without
+        // authentication: the run id is the capability to resume the run.
+        let stateless = context
+            .meta
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        if stateless && principal.is_none() {
+            self.session.resume_runs_by_id();
+        }
+        let wants_task = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        // A metrics label from a fixed set: the client names the tool.
+        let tool = match request.name.as_ref() {
+            "exec" => "exec",
+            "wait" => "wait",
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "unknown tool `{}`: this server has exactly two tools, exec and wait",
+                        other.chars().take(64).collect::<String>()
+                    ),
+                    None,
+                ));
+            }
+        };
+        let _running = match self.admit(principal.as_ref()) {
+            Ok(running) => running,
+            Err(refused) => {
+                crate::metrics::record_call(tool, &refused, 0.0);
+                return Ok(self.tool_result(&refused).into());
+            }
+        };
+        let started = std::time::Instant::now();
+        // The request's trace span, continuing the client's W3C
+        // `traceparent` when it sent one; the exec/wait span is its child.
+        let span = tracing::info_span!(target: "codemode::trace", "mcp.tools_call", tool);
+        #[cfg(feature = "otel")]
+        if let Some(parts) = context.extensions.get::<http::request::Parts>() {
+            let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+                propagator.extract(&Headers(&parts.headers))
+            });
+            let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
+        }
+        // A progress token asks for notifications/progress while it runs.
+        let (progress, forwarder) = match context.meta.get_progress_token() {
+            Some(token) => {
+                let (sink, forwarder) =
+                    crate::progress::ClientProgress::start(context.peer.clone(), token);
+                (
+                    Some(sink as Arc<dyn codemode_runtime::ProgressSink>),
+                    Some(forwarder),
+                )
+            }
+            None => (None, None),
+        };
+        let result = tracing::Instrument::instrument(
+            async {
+                let mut options = codemode_runtime::CallOptions::default();
+                if let Some(sink) = progress {
+                    options = options.with_progress(sink);
+                }
+                if tool == "exec" {
+                    self.refresh_catalog().await;
+                    self.session.exec_call(&call_id, &input, options).await
+                } else {
+                    self.session.wait_call(&call_id, &input, options).await
+                }
+            },
+            span,
+        )
+        .await;
+        if let Some(forwarder) = forwarder {
+            forwarder.finish().await;
+        }
+        crate::metrics::record_call(tool, &result, started.elapsed().as_secs_f64());
+        if wants_task && let CodeModeResult::Waiting { run_id, .. } = &result {
+            let form = self.shared.result_form;
+            let ttl =
+                std::time::Duration::from_secs(self.shared.runtime.config().snapshot_ttl_seconds);
+            if let Some(task) = self.shared.tasks.start(
+                run_id,
+                &result,
+                principal.map(|p| p.0),
+                Arc::clone(&self.session),
+                ttl,
+                move |r| tool_result(form, r),
+            ) {
+                info!(task = %run_id, "exec/wait answered as a task");
+                return Ok(CallToolResponse::Task(task));
+            }
+        }
+        Ok(self.tool_result(&result).into())
+    }
+}
+
+/// The authenticated principal of an HTTP request, if any.
+fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Principal>())
+        .cloned()
+}
+
+/// HTTP headers as an OpenTelemetry carrier (for `traceparent`).
+#[cfg(feature = "otel")]
+struct Headers<'a>(&'a http::HeaderMap);
+
+#[cfg(feature = "otel")]
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// Aborts a helper task when the request it watches is done.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
