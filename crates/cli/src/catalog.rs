@@ -1,0 +1,35 @@
+//! `codemode catalog`: the hidden catalog of the configured servers.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use codemode_mcp::Upstreams;
+
+use crate::{load_config, print_diagnostics, report_down, tokio_runtime};
+
+pub(crate) fn catalog(config: &PathBuf) -> Result<ExitCode> {
+    let (config, diagnostics) = load_config(Some(config))?;
+    print_diagnostics(&diagnostics);
+    let tokio = tokio_runtime()?;
+    tokio.block_on(async move {
+        let upstreams = Upstreams::start(config.servers, config.policy, config.approvals);
+        upstreams.started().await;
+        let catalog = upstreams.catalog();
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        report_down(&upstreams);
+        for server in catalog.mcp().servers() {
+            for tool in &server.tools {
+                let line = serde_json::json!({
+                    "id": tool.entry.id,
+                    "call": format!("MCP.{}.{}", server.js_name, tool.js_name),
+                    "description": tool.entry.description,
+                });
+                writeln!(stdout, "{line}")?;
+            }
+        }
+        upstreams.shutdown();
+        Ok(ExitCode::SUCCESS)
+    })
+}

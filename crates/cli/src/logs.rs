@@ -1,0 +1,87 @@
+//! Logs to stderr and, when asked, traces to an OTLP receiver.
+
+use anyhow::{Context, Result};
+
+/// Logs on stderr (text or JSON, filtered by `CODEMODE_LOG`/`RUST_LOG`),
+/// and, when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is
+/// set, the `codemode::trace` spans (exec, wait, nested calls) exported
+/// over OTLP/HTTP (`OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf`, the
+/// default, or `http/json`).
+pub(crate) fn init_logs_and_traces(
+    filter: &str,
+    json: bool,
+) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    // Colours only for a terminal: piped logs are read by programs.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let fmt: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> = if json {
+        Box::new(fmt.json().with_current_span(false))
+    } else {
+        Box::new(fmt)
+    };
+    let (otel, provider, problem) = match otel_tracer() {
+        Ok(Some((tracer, provider))) => (
+            Some(
+                tracing_opentelemetry::layer()
+                    .with_tracer(tracer)
+                    .with_filter(
+                        tracing_subscriber::filter::Targets::new()
+                            .with_target("codemode::trace", tracing::Level::INFO),
+                    ),
+            ),
+            Some(provider),
+            None,
+        ),
+        Ok(None) => (None, None, None),
+        Err(e) => (None, None, Some(e)),
+    };
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(tracing_subscriber::EnvFilter::new(filter)))
+        .with(otel)
+        .init();
+    if let Some(e) = problem {
+        tracing::warn!(error = %e, "OpenTelemetry export is off: the exporter could not be built");
+    }
+    provider
+}
+
+pub(crate) fn otel_tracer() -> Result<
+    Option<(
+        opentelemetry_sdk::trace::Tracer,
+        opentelemetry_sdk::trace::SdkTracerProvider,
+    )>,
+> {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_otlp::WithExportConfig as _;
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    if !set("OTEL_EXPORTER_OTLP_ENDPOINT") && !set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        return Ok(None);
+    }
+    codemode_mcp::install_tls_provider();
+    let protocol = match std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL").as_deref() {
+        Ok("http/json") => opentelemetry_otlp::Protocol::HttpJson,
+        _ => opentelemetry_otlp::Protocol::HttpBinary,
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(protocol)
+        .build()
+        .context("building the OTLP span exporter")?;
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name("codemode")
+                .build(),
+        )
+        .build();
+    // W3C `traceparent` from clients (the gateway reads it per request).
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    Ok(Some((provider.tracer("codemode"), provider)))
+}

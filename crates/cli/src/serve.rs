@@ -1,0 +1,119 @@
+//! `codemode serve`: the gateway over stdio or HTTP, with its side listeners.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use codemode_mcp::{Gateway, GatewayOptions};
+
+use crate::{admin_token, load_config, print_diagnostics, tokio_runtime};
+
+/// Where `serve` listens besides stdio.
+pub(crate) struct Listeners {
+    pub(crate) http: Option<std::net::SocketAddr>,
+    pub(crate) admin: Option<std::net::SocketAddr>,
+    pub(crate) metrics: Option<std::net::SocketAddr>,
+}
+
+pub(crate) fn serve(
+    config: &PathBuf,
+    listeners: Listeners,
+    options: GatewayOptions,
+) -> Result<ExitCode> {
+    let (config, diagnostics) = load_config(Some(config))?;
+    print_diagnostics(&diagnostics);
+    let Listeners {
+        http,
+        admin,
+        metrics,
+    } = listeners;
+    let admin = match admin {
+        Some(addr) => Some((addr, admin_token()?)),
+        None => None,
+    };
+    let tokio = tokio_runtime()?;
+    let served = tokio.block_on(async move {
+        let gateway = Gateway::start(config, options)?;
+        if let Some(addr) = metrics {
+            let g = gateway.clone();
+            side_listener("metrics endpoint", move |bound| async move {
+                g.serve_metrics(addr, |at| {
+                    eprintln!("codemode: metrics at http://{at}/metrics");
+                    let _ = bound.send(());
+                })
+                .await
+            })
+            .await?;
+        }
+        if let Some((addr, token)) = admin {
+            let g = gateway.clone();
+            side_listener("operator endpoint", move |bound| async move {
+                g.serve_admin(addr, token, |at| {
+                    eprintln!("codemode: operator endpoint at http://{at}/approvals");
+                    let _ = bound.send(());
+                })
+                .await
+            })
+            .await?;
+        }
+        let stopper = gateway.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("signal received; shutting down");
+            stopper.shutdown();
+        });
+        match http {
+            None => gateway.serve_stdio().await?,
+            Some(addr) => {
+                gateway
+                    .serve_http(addr, |bound| {
+                        // Scripts read this line to learn the port.
+                        eprintln!("codemode: serving MCP at http://{bound}/mcp");
+                    })
+                    .await?
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    });
+    // A stdio read cannot be cancelled: do not wait for it (nor for any
+    // other task) once serving has stopped. Dropped tasks kill upstream
+    // process groups on the way out.
+    tokio.shutdown_timeout(std::time::Duration::from_millis(500));
+    served
+}
+
+/// Starts a listener beside the MCP one (metrics, operator endpoint) and
+/// waits until it is bound; one that fails before binding stops `serve`
+/// with its reason.
+pub(crate) async fn side_listener<Fut>(
+    what: &str,
+    serve: impl FnOnce(tokio::sync::oneshot::Sender<()>) -> Fut,
+) -> Result<()>
+where
+    Fut: std::future::Future<Output = Result<(), codemode_mcp::GatewayError>> + Send + 'static,
+{
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let serving = tokio::spawn(serve(bound_tx));
+    if bound_rx.await.is_err() {
+        return match serving.await {
+            Ok(Err(e)) => Err(anyhow::anyhow!("{what}: {e}")),
+            _ => Err(anyhow::anyhow!("{what} did not start")),
+        };
+    }
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM (what process managers send).
+pub(crate) async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
