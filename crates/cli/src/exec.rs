@@ -13,13 +13,29 @@ use codemode_runtime::{
 use crate::tools_file::ToolsFile;
 use crate::{LanguageArg, environment, print_diagnostics, report_down, tokio_runtime, tools_file};
 
+/// `codemode exec`'s arguments.
+#[derive(clap::Args)]
 pub(crate) struct ExecArgs {
+    /// JSON5 config file holding `tools.codeMode`.
+    #[arg(long)]
     pub(crate) config: Option<PathBuf>,
+    /// JSON5 file `{ tools: [...] }` of scripted tools the cell can call.
+    #[arg(long)]
     pub(crate) tools: Option<PathBuf>,
+    /// Remove a tool (by name or id) by policy; repeatable.
+    #[arg(long, value_name = "NAME")]
     pub(crate) deny: Vec<String>,
+    /// Cell language.
+    #[arg(long, value_enum, default_value = "javascript")]
     pub(crate) language: LanguageArg,
+    /// Keep calling `wait` while the result is `waiting`, printing each result.
+    #[arg(long)]
     pub(crate) follow: bool,
+    /// With --follow: approve every call that awaits approval (without
+    /// it, following stops at a run waiting for approval).
+    #[arg(long, requires = "follow")]
     pub(crate) approve: bool,
+    /// The cell source file, or `-` (the default) for stdin.
     pub(crate) file: Option<PathBuf>,
 }
 

@@ -79,29 +79,7 @@ enum LanguageArg {
 #[derive(Subcommand)]
 enum Command {
     /// Run one cell and print its result as JSON.
-    Exec {
-        /// JSON5 config file holding `tools.codeMode`.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// JSON5 file `{ tools: [...] }` of scripted tools the cell can call.
-        #[arg(long)]
-        tools: Option<PathBuf>,
-        /// Remove a tool (by name or id) by policy; repeatable.
-        #[arg(long, value_name = "NAME")]
-        deny: Vec<String>,
-        /// Cell language.
-        #[arg(long, value_enum, default_value = "javascript")]
-        language: LanguageArg,
-        /// Keep calling `wait` while the result is `waiting`, printing each result.
-        #[arg(long)]
-        follow: bool,
-        /// With --follow: approve every call that awaits approval (without
-        /// it, following stops at a run waiting for approval).
-        #[arg(long, requires = "follow")]
-        approve: bool,
-        /// The cell source file, or `-` (the default) for stdin.
-        file: Option<PathBuf>,
-    },
+    Exec(ExecArgs),
     /// Serve the code-mode MCP gateway (stdio by default).
     Serve {
         /// JSON5 config file: `tools.codeMode` and `mcpServers`.
@@ -261,23 +239,7 @@ fn run_cli(cli: std::result::Result<Cli, clap::Error>) -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Exec {
-            config,
-            tools,
-            deny,
-            language,
-            follow,
-            approve,
-            file,
-        } => exec(ExecArgs {
-            config,
-            tools,
-            deny,
-            language,
-            follow,
-            approve,
-            file,
-        }),
+        Command::Exec(args) => exec(args),
         Command::Serve {
             config,
             http,

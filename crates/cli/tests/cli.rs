@@ -67,14 +67,21 @@ fn config_limits_apply_and_codes_are_reported() {
         "limits.json5",
         "// JSON5 comments are fine\n{ tools: { codeMode: { enabled: true, timeoutMs: 200, memoryLimitBytes: 8388608, } } }",
     );
-    let config = config.to_str().unwrap();
-    for (cell, code) in [
-        ("while(true){}", "timeout"),
+    // The memory cell gets a long timeout: on a loaded machine 200 ms can
+    // pass before 8 MiB are filled, and the cell must fail on memory.
+    let roomy = write_temp(
+        "limits-memory.json5",
+        "{ tools: { codeMode: { enabled: true, timeoutMs: 20000, memoryLimitBytes: 8388608 } } }",
+    );
+    for (config, cell, code) in [
+        (&config, "while(true){}", "timeout"),
         (
+            &roomy,
             "const a = []; for (;;) a.push('x'.repeat(1 << 20) + Math.random())",
             "memory_limit_exceeded",
         ),
     ] {
+        let config = config.to_str().unwrap();
         let out = codemode(&["exec", "--config", config], cell);
         assert_eq!(out.status.code(), Some(1), "{cell}");
         assert_eq!(results(&out)[0]["code"], code, "{cell}");

@@ -279,22 +279,9 @@ impl CodeModeSession {
     ) -> CodeModeResult {
         // The trace span of the exec: nested calls are its children. Ids
         // and outcome only, never the code.
-        let span = tracing::info_span!(
-            target: "codemode::trace",
-            "code_mode.exec",
-            call_id = %call_id,
-            status = tracing::field::Empty,
-            code = tracing::field::Empty,
-            run_id = tracing::field::Empty,
-        );
+        let span = call_span!("code_mode.exec", call_id);
         let env = self.env(options);
-        let result = tracing::Instrument::instrument(
-            crate::run::drive::exec(&env, call_id, input),
-            span.clone(),
-        )
-        .await;
-        crate::run::outcome::record_span(&span, &result);
-        result
+        traced(span, crate::run::drive::exec(&env, call_id, input)).await
     }
 
     /// Resumes a waiting run (the model's `wait` input) under a generated
@@ -312,22 +299,9 @@ impl CodeModeSession {
         input: &Value,
         options: CallOptions,
     ) -> CodeModeResult {
-        let span = tracing::info_span!(
-            target: "codemode::trace",
-            "code_mode.wait",
-            call_id = %call_id,
-            status = tracing::field::Empty,
-            code = tracing::field::Empty,
-            run_id = tracing::field::Empty,
-        );
+        let span = call_span!("code_mode.wait", call_id);
         let env = self.env(options);
-        let result = tracing::Instrument::instrument(
-            crate::run::drive::wait(&env, call_id, input),
-            span.clone(),
-        )
-        .await;
-        crate::run::outcome::record_span(&span, &result);
-        result
+        traced(span, crate::run::drive::wait(&env, call_id, input)).await
     }
 
     /// Aborts every run of this scope: live drives stop with `aborted`,
@@ -372,4 +346,29 @@ impl CodeModeSession {
     pub fn abort_run(&self, run_id: &str) -> bool {
         self.host.store.abort_run(run_id, &self.scope.scope)
     }
+}
+
+/// The trace span of one exec or wait: ids and outcome, never the code.
+macro_rules! call_span {
+    ($name:literal, $call_id:expr) => {
+        tracing::info_span!(
+            target: "codemode::trace",
+            $name,
+            call_id = %$call_id,
+            status = tracing::field::Empty,
+            code = tracing::field::Empty,
+            run_id = tracing::field::Empty,
+        )
+    };
+}
+use call_span;
+
+/// Runs `call` inside `span` and records its outcome there.
+async fn traced(
+    span: tracing::Span,
+    call: impl std::future::Future<Output = CodeModeResult>,
+) -> CodeModeResult {
+    let result = tracing::Instrument::instrument(call, span.clone()).await;
+    crate::run::outcome::record_span(&span, &result);
+    result
 }
