@@ -3,7 +3,6 @@
 //! and the result (telemetry, snapshot, trajectory) [`crate::run::outcome`].
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Instant;
 
 use codemode_sandbox::{Settlement, Step};
@@ -27,142 +26,133 @@ use crate::run::store::StoreError;
 /// The model's `exec`.
 pub(crate) async fn exec(env: &RunEnv, call_id: &str, raw: &Value) -> CodeModeResult {
     let started = Instant::now();
-    let inner = Arc::clone(&env.host);
     let mut info = RunInfo {
         exec_count: 1,
         ..RunInfo::default()
     };
-    let parsed = match ExecInput::parse(raw, &inner.config) {
-        Ok(input) => exec_hook(env, call_id, raw, input).await,
-        Err(e) => Err(CodeModeResult::failure(
-            e.code,
-            e.message,
-            Telemetry::default(),
-        )),
+    let result = match run_exec(env, call_id, raw, &mut info, started).await {
+        Ok(driven) => driven,
+        // Refused before the cell ran: only the counters so far.
+        Err(refused) => with_telemetry(refused, &info, &env.catalog, started, Vec::new()),
     };
-    let result = match parsed {
-        Err(refused) => refused,
-        Ok(_) if env.scope.is_aborted() => aborted_failure(),
-        Ok(input) => {
-            info.language = Some(input.language);
-            let catalog = Arc::clone(&env.catalog);
-            let namespace_globals: Vec<String> = inner
-                .namespaces
-                .visible(&catalog)
-                .into_iter()
-                .map(|(_, registration)| registration.global_name.clone())
-                .collect();
-            let prepared = match prepare(&input, &namespace_globals)
-                .and_then(|prepared| prepared.check_names(&catalog).map(|()| prepared))
+    record_call(env, call_id, "exec", result)
+}
+
+/// An exec from its input to its result; `Err` is a refusal before any
+/// cell code ran (input, hook, abort, name check, VM slot, namespaces).
+async fn run_exec(
+    env: &RunEnv,
+    call_id: &str,
+    raw: &Value,
+    info: &mut RunInfo,
+    started: Instant,
+) -> Result<CodeModeResult, CodeModeResult> {
+    let input = ExecInput::parse(raw, &env.host.config)
+        .map_err(|e| CodeModeResult::failure(e.code, e.message, Telemetry::default()))?;
+    let input = exec_hook(env, call_id, raw, input).await?;
+    if env.scope.is_aborted() {
+        return Err(aborted_failure());
+    }
+    info.language = Some(input.language);
+    let namespace_globals: Vec<String> = env
+        .host
+        .namespaces
+        .visible(&env.catalog)
+        .into_iter()
+        .map(|(_, registration)| registration.global_name.clone())
+        .collect();
+    let prepared = prepare(&input, &namespace_globals)
+        .and_then(|prepared| prepared.check_names(&env.catalog).map(|()| prepared))
+        .map_err(refused)?;
+    let permit = env
+        .host
+        .slots
+        .acquire(&env.scope.vm_slots)
+        .await
+        .map_err(|e| {
+            CodeModeResult::failure(
+                ErrorCode::RuntimeUnavailable,
+                e.to_string(),
+                Telemetry::default(),
+            )
+        })?;
+    let mut state = env.new_run(call_id, input.language);
+    state.source_map = prepared.source_map.clone();
+    let context = guest_context(env, &prepared, &mut state).map_err(|e| *e)?;
+    let ctx = DriveCtx::starting_now(env);
+    let code = prepared.code;
+    let work = move || {
+        let mut state = state;
+        state.calls.follow(ctx.progress.clone());
+        let mut events = Vec::new();
+        // Registered before the first burst, so abort and
+        // cancellation reach a cell that never yields.
+        let driven = live(&ctx, &mut state, |ctx, state| {
+            match ctx
+                .host
+                .sandbox
+                .start_with_context(&code, &context, &ctx.limits)
             {
-                Ok(prepared) => prepared,
-                Err(refused) => {
-                    let failed = CodeModeResult::Failed {
-                        error: refused.message,
-                        code: refused.code,
-                        output: Vec::new(),
-                        receipts: Receipts::default(),
-                        telemetry: Telemetry::default(),
-                    };
-                    let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
-                    return record_call(env, call_id, "exec", result);
-                }
-            };
-            let permit = match inner.slots.acquire(&env.scope.vm_slots).await {
-                Ok(permit) => permit,
-                Err(e) => {
-                    let failed = CodeModeResult::failure(
-                        ErrorCode::RuntimeUnavailable,
-                        e.to_string(),
-                        Telemetry::default(),
-                    );
-                    let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
-                    return record_call(env, call_id, "exec", result);
-                }
-            };
-            let mut state = env.new_run(call_id, input.language);
-            state.source_map = prepared.source_map.clone();
-            // The run's plugin namespaces: built and checked before any
-            // cell code runs; a refused scope fails the exec.
-            let context = match env.run_namespaces(&state) {
-                Ok(namespaces) => {
-                    if let Some(Err(refused)) = namespaces
-                        .as_ref()
-                        .map(|n| prepared.check_namespace_names(n))
-                    {
-                        drop(permit);
-                        let failed = CodeModeResult::Failed {
-                            error: refused.message,
-                            code: refused.code,
-                            output: Vec::new(),
-                            receipts: Receipts::default(),
-                            telemetry: Telemetry::default(),
-                        };
-                        let result =
-                            with_telemetry(failed, &info, &env.catalog, started, Vec::new());
-                        return record_call(env, call_id, "exec", result);
-                    }
-                    let context = crate::catalog::guest_api::with_run_fields(
-                        state.catalog.guest_context(),
-                        state.handles.nonce(),
-                        namespaces.as_ref().map(|n| &n.descriptors),
-                    );
-                    state.namespaces = namespaces;
-                    context
-                }
-                Err(e) => {
-                    drop(permit);
-                    let failed = CodeModeResult::failure(
-                        ErrorCode::InternalError,
-                        e.to_string(),
-                        Telemetry::default(),
-                    );
-                    let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
-                    return record_call(env, call_id, "exec", result);
-                }
-            };
-            let ctx = DriveCtx::starting_now(env);
-            let code = prepared.code;
-            let work = move || {
-                let mut state = state;
-                state.calls.follow(ctx.progress.clone());
-                let mut events = Vec::new();
-                // Registered before the first burst, so abort and
-                // cancellation reach a cell that never yields.
-                let driven = live(&ctx, &mut state, |ctx, state| {
-                    match ctx
-                        .host
-                        .sandbox
-                        .start_with_context(&code, &context, &ctx.limits)
-                    {
-                        Ok((vm, step)) => drive(ctx, vm, step, state, VecDeque::new()),
-                        Err(e) => Driven::done(host_failure(&e)),
-                    }
-                });
-                finish(&ctx, None, driven, state, started, &mut events)
-            };
-            let result = blocking(work, started).await;
-            drop(permit);
-            if let Some(hooks) = &env.hooks {
-                hooks.after_tool_call(ToolCallRecord {
-                    tool_kind: "code_mode_exec",
-                    tool_id: "exec".into(),
-                    call_id: call_id.to_owned(),
-                    outcome: result.status(),
-                    duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-                    input_bytes: crate::result::json_len(raw),
-                    result_bytes: 0,
-                });
+                Ok((vm, step)) => drive(ctx, vm, step, state, VecDeque::new()),
+                Err(e) => Driven::done(host_failure(&e)),
             }
-            return record_call(env, call_id, "exec", result);
-        }
+        });
+        finish(&ctx, None, driven, state, started, &mut events)
     };
-    record_call(
-        env,
-        call_id,
-        "exec",
-        with_telemetry(result, &info, &env.catalog, started, Vec::new()),
-    )
+    let result = blocking(work, started).await;
+    drop(permit);
+    if let Some(hooks) = &env.hooks {
+        hooks.after_tool_call(ToolCallRecord {
+            tool_kind: "code_mode_exec",
+            tool_id: "exec".into(),
+            call_id: call_id.to_owned(),
+            outcome: result.status(),
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            input_bytes: crate::result::json_len(raw),
+            result_bytes: 0,
+        });
+    }
+    Ok(result)
+}
+
+/// A cell refused before it ran, as a failed result.
+fn refused(refused: crate::run::prepare::Refused) -> CodeModeResult {
+    CodeModeResult::Failed {
+        error: refused.message,
+        code: refused.code,
+        output: Vec::new(),
+        receipts: Receipts::default(),
+        telemetry: Telemetry::default(),
+    }
+}
+
+/// The run's guest context: its catalog view, handle nonce and plugin
+/// namespaces, built and checked before any cell code runs (a refused
+/// scope or namespace name fails the exec).
+fn guest_context(
+    env: &RunEnv,
+    prepared: &crate::run::prepare::PreparedCell,
+    state: &mut RunState,
+) -> Result<String, Box<CodeModeResult>> {
+    let namespaces = env.run_namespaces(state).map_err(|e| {
+        CodeModeResult::failure(
+            ErrorCode::InternalError,
+            e.to_string(),
+            Telemetry::default(),
+        )
+    })?;
+    if let Some(namespaces) = &namespaces {
+        prepared
+            .check_namespace_names(namespaces)
+            .map_err(|e| Box::new(refused(e)))?;
+    }
+    let context = crate::catalog::guest_api::with_run_fields(
+        state.catalog.guest_context(),
+        state.handles.nonce(),
+        namespaces.as_ref().map(|n| &n.descriptors),
+    );
+    state.namespaces = namespaces;
+    Ok(context)
 }
 
 /// The session's `before_tool_call` hook on the outer exec: it may let the
@@ -211,140 +201,156 @@ async fn exec_hook(
 /// The model's `wait`.
 pub(crate) async fn wait(env: &RunEnv, call_id: &str, raw: &Value) -> CodeModeResult {
     let started = Instant::now();
-    let inner = Arc::clone(&env.host);
     let info = RunInfo {
         wait_count: 1,
         ..RunInfo::default()
     };
+    let refused = |failed, events| with_telemetry(failed, &info, &env.catalog, started, events);
     let input = match WaitInput::parse(raw) {
         Ok(input) => input,
         Err(e) => {
             let failed = CodeModeResult::failure(e.code, e.message, Telemetry::default());
-            let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
-            return record_call(env, call_id, "wait", result);
+            return record_call(env, call_id, "wait", refused(failed, Vec::new()));
         }
     };
     if env.scope.is_aborted() {
-        let result = with_telemetry(aborted_failure(), &info, &env.catalog, started, Vec::new());
-        return record_call(env, call_id, "wait", result);
+        return record_call(env, call_id, "wait", refused(aborted_failure(), Vec::new()));
     }
-    let permit = match inner.slots.acquire(&env.scope.vm_slots).await {
-        Ok(permit) => permit,
-        Err(e) => {
+    let result = match run_wait(env, call_id, &input.run_id, started).await {
+        Ok(result) => result,
+        Err((failed, events)) => refused(failed, events),
+    };
+    record_call_run(env, call_id, "wait", Some(&input.run_id), result)
+}
+
+/// A wait from its slot to its result; `Err` is a refusal before the run
+/// was restored (no VM slot, or the store would not hand the run over),
+/// with the snapshot events it reports.
+async fn run_wait(
+    env: &RunEnv,
+    call_id: &str,
+    run_id: &str,
+    started: Instant,
+) -> Result<CodeModeResult, (CodeModeResult, Vec<SnapshotEvent>)> {
+    let permit = env
+        .host
+        .slots
+        .acquire(&env.scope.vm_slots)
+        .await
+        .map_err(|e| {
             let failed = CodeModeResult::failure(
                 ErrorCode::RuntimeUnavailable,
                 format!("{e}; the run keeps waiting, call wait again"),
                 Telemetry::default(),
             );
-            let result = with_telemetry(failed, &info, &env.catalog, started, Vec::new());
-            return record_call_run(env, call_id, "wait", Some(&input.run_id), result);
-        }
-    };
+            (failed, Vec::new())
+        })?;
     let ctx = DriveCtx::starting_now(env);
-    let taken = off_executor(|| crate::run::resume::take_for_wait(env, &ctx, &input.run_id));
-    let taken = match taken {
-        Ok(taken) => taken,
-        Err(e) => {
-            let (code, mut events) = match e {
-                StoreError::Expired => (
-                    ErrorCode::SnapshotExpired,
-                    vec![SnapshotEvent {
-                        event: "expired".into(),
-                        bytes: None,
-                        micros: None,
-                    }],
-                ),
-                StoreError::Aborted => (ErrorCode::Aborted, Vec::new()),
-                StoreError::Interrupted | StoreError::Restore(_) => {
-                    (ErrorCode::SnapshotRestoreFailed, Vec::new())
-                }
-                StoreError::Unavailable(_) => (ErrorCode::RuntimeUnavailable, Vec::new()),
-                StoreError::Unknown
-                | StoreError::Busy
-                | StoreError::OtherScope
-                | StoreError::Full { .. }
-                | StoreError::ScopeFull { .. }
-                | StoreError::OwnerFull { .. }
-                | StoreError::BytesFull { .. }
-                | StoreError::ScopeBytesFull { .. } => (ErrorCode::InvalidInput, Vec::new()),
-            };
-            let failed =
-                CodeModeResult::failure(code, e.message(&input.run_id), Telemetry::default());
-            let result = with_telemetry(
-                failed,
-                &info,
-                &env.catalog,
-                started,
-                std::mem::take(&mut events),
-            );
-            return record_call_run(env, call_id, "wait", Some(&input.run_id), result);
-        }
-    };
-    let run_id = input.run_id;
-    let id_for_record = run_id.clone();
+    let taken = off_executor(|| crate::run::resume::take_for_wait(env, &ctx, run_id))
+        .map_err(|e| store_refusal(&e, run_id))?;
+    let run_id = run_id.to_owned();
     let wait_call_id = call_id.to_owned();
-    let work = move || {
-        let crate::run::resume::Taken {
-            snapshot,
-            mut state,
-            ready: restored,
-        } = taken;
-        state.info.wait_count += 1;
-        state.drive_call_id = wait_call_id;
-        state.calls.follow(ctx.progress.clone());
-        hold_for_decision(&ctx, &mut state);
-        let mut events = Vec::new();
-        let restore_started = Instant::now();
-        let vm = match ctx.host.sandbox.restore(&snapshot, &ctx.limits) {
-            Ok(vm) => vm,
-            Err(e) => {
-                let mut result = host_failure(&e);
-                if let CodeModeResult::Failed { code, .. } = &mut result
-                    && *code != Some(ErrorCode::SnapshotLimitExceeded)
-                {
-                    *code = Some(ErrorCode::SnapshotRestoreFailed);
-                }
-                return finish(
-                    &ctx,
-                    Some(&run_id),
-                    Driven::done(result),
-                    state,
-                    started,
-                    &mut events,
-                );
-            }
-        };
-        events.push(SnapshotEvent {
-            event: "restored".into(),
-            bytes: Some(snapshot.size_bytes() as u64),
-            micros: Some(restore_started.elapsed().as_micros() as u64),
-        });
-        drop(snapshot);
-        // Yields resolve on resume: that is all `yield_control` asks for.
-        let mut ready: VecDeque<(u32, Settlement)> = state
-            .yields
-            .drain(..)
-            .map(|id| (id, Settlement::Resolve(Value::Null)))
-            .collect();
-        ready.extend(state.carried.drain(..));
-        ready.extend(restored);
-        let (arrived, aborted) = state.calls.arrived();
-        let driven = if aborted {
-            state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
-            Driven::done(aborted_failure())
-        } else {
-            for finished in arrived {
-                ready.push_back(settlement(&ctx, &mut state, finished));
-            }
-            live(&ctx, &mut state, |ctx, state| {
-                drive(ctx, vm, Step::Pending, state, ready)
-            })
-        };
-        finish(&ctx, Some(&run_id), driven, state, started, &mut events)
-    };
+    let work = move || resume_and_drive(&ctx, taken, &run_id, wait_call_id, started);
     let result = blocking(work, started).await;
     drop(permit);
-    record_call_run(env, call_id, "wait", Some(&id_for_record), result)
+    Ok(result)
+}
+
+/// Why the store would not hand a run over, as the wait's result.
+fn store_refusal(e: &StoreError, run_id: &str) -> (CodeModeResult, Vec<SnapshotEvent>) {
+    let (code, events) = match e {
+        StoreError::Expired => (
+            ErrorCode::SnapshotExpired,
+            vec![SnapshotEvent {
+                event: "expired".into(),
+                bytes: None,
+                micros: None,
+            }],
+        ),
+        StoreError::Aborted => (ErrorCode::Aborted, Vec::new()),
+        StoreError::Interrupted | StoreError::Restore(_) => {
+            (ErrorCode::SnapshotRestoreFailed, Vec::new())
+        }
+        StoreError::Unavailable(_) => (ErrorCode::RuntimeUnavailable, Vec::new()),
+        StoreError::Unknown
+        | StoreError::Busy
+        | StoreError::OtherScope
+        | StoreError::Full { .. }
+        | StoreError::ScopeFull { .. }
+        | StoreError::OwnerFull { .. }
+        | StoreError::BytesFull { .. }
+        | StoreError::ScopeBytesFull { .. } => (ErrorCode::InvalidInput, Vec::new()),
+    };
+    let failed = CodeModeResult::failure(code, e.message(run_id), Telemetry::default());
+    (failed, events)
+}
+
+/// On the blocking thread: restore the taken run, deliver what arrived,
+/// and drive it to its next result.
+fn resume_and_drive(
+    ctx: &DriveCtx,
+    taken: crate::run::resume::Taken,
+    run_id: &str,
+    wait_call_id: String,
+    started: Instant,
+) -> CodeModeResult {
+    let crate::run::resume::Taken {
+        snapshot,
+        mut state,
+        ready: restored,
+    } = taken;
+    state.info.wait_count += 1;
+    state.drive_call_id = wait_call_id;
+    state.calls.follow(ctx.progress.clone());
+    hold_for_decision(ctx, &mut state);
+    let mut events = Vec::new();
+    let restore_started = Instant::now();
+    let vm = match ctx.host.sandbox.restore(&snapshot, &ctx.limits) {
+        Ok(vm) => vm,
+        Err(e) => {
+            let mut result = host_failure(&e);
+            if let CodeModeResult::Failed { code, .. } = &mut result
+                && *code != Some(ErrorCode::SnapshotLimitExceeded)
+            {
+                *code = Some(ErrorCode::SnapshotRestoreFailed);
+            }
+            return finish(
+                ctx,
+                Some(run_id),
+                Driven::done(result),
+                state,
+                started,
+                &mut events,
+            );
+        }
+    };
+    events.push(SnapshotEvent {
+        event: "restored".into(),
+        bytes: Some(snapshot.size_bytes() as u64),
+        micros: Some(restore_started.elapsed().as_micros() as u64),
+    });
+    drop(snapshot);
+    // Yields resolve on resume: that is all `yield_control` asks for.
+    let mut ready: VecDeque<(u32, Settlement)> = state
+        .yields
+        .drain(..)
+        .map(|id| (id, Settlement::Resolve(Value::Null)))
+        .collect();
+    ready.extend(state.carried.drain(..));
+    ready.extend(restored);
+    let (arrived, aborted) = state.calls.arrived();
+    let driven = if aborted {
+        state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
+        Driven::done(aborted_failure())
+    } else {
+        for finished in arrived {
+            ready.push_back(settlement(ctx, &mut state, finished));
+        }
+        live(ctx, &mut state, |ctx, state| {
+            drive(ctx, vm, Step::Pending, state, ready)
+        })
+    };
+    finish(ctx, Some(run_id), driven, state, started, &mut events)
 }
 
 /// A run held only for a human's decision: block (cancellable, like a
