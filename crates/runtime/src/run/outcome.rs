@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codemode_sandbox::{Failure, FailureKind, OutputItem, SandboxError, SnapshotError, Vm};
+use codemode_sandbox::{
+    Failure, FailureKind, OutputItem, SandboxError, Snapshot, SnapshotError, Vm,
+};
 use codemode_transform::Transformed;
 use serde_json::Value;
 
@@ -17,6 +19,7 @@ use crate::result::{
     WaitReason,
 };
 use crate::run::calls::Cancel;
+use crate::run::durable::Durable;
 use crate::run::env::{DriveCtx, RunEnv};
 use crate::run::state::{RunInfo, RunState};
 use crate::run::store::{StoreError, SuspendedRun};
@@ -150,33 +153,11 @@ pub(crate) fn finish(
 ) -> CodeModeResult {
     // Nobody follows the run once this exec/wait returns.
     state.calls.follow(None);
-    let store = &ctx.host.store;
-    let durable = ctx.host.durable.as_ref();
-    // A resumed run that ends leaves the durable store too.
-    let forget = |run_id: &str| {
-        if let Some(d) = durable
-            && let Err(e) = d.backend.remove(run_id)
-        {
-            tracing::warn!(run_id, error = %e, "a finished run could not be removed from the run store; it expires with its TTL");
-        }
+    let end = |state: &mut RunState, result, why, events: &mut Vec<SnapshotEvent>| {
+        end_run(ctx, resumed, state, result, why, started, events)
     };
     let (vm, reason, output) = match driven {
-        Driven::Done(result) => {
-            if let Some(run_id) = resumed {
-                store.finish(run_id);
-                forget(run_id);
-            }
-            state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
-            let mut result = with_telemetry(
-                *result,
-                &state.info,
-                &state.catalog,
-                started,
-                std::mem::take(events),
-            );
-            *result.receipts_mut() = state.calls.take_receipts();
-            return result;
-        }
+        Driven::Done(result) => return end(&mut state, *result, Cancel::RunEnded, events),
         Driven::Suspend { vm, reason, output } => (vm, reason, output),
     };
     let mut telemetry = Telemetry {
@@ -184,27 +165,8 @@ pub(crate) fn finish(
         output_bytes: output.iter().map(|o| o.size_bytes() as u64).sum(),
         ..Telemetry::default()
     };
-    let fail = |state: &mut RunState,
-                result: CodeModeResult,
-                why: Cancel,
-                events: &mut Vec<SnapshotEvent>| {
-        if let Some(run_id) = resumed {
-            store.finish(run_id);
-            forget(run_id);
-        }
-        state.info.cancelled += state.calls.cancel_all(why) as u32;
-        let mut result = with_telemetry(
-            result,
-            &state.info,
-            &state.catalog,
-            started,
-            std::mem::take(events),
-        );
-        *result.receipts_mut() = state.calls.take_receipts();
-        result
-    };
     if ctx.scope.is_aborted() {
-        return fail(&mut state, aborted_failure(), Cancel::Aborted, events);
+        return end(&mut state, aborted_failure(), Cancel::Aborted, events);
     }
     let suspend_started = Instant::now();
     let snapshot = match vm.suspend() {
@@ -221,55 +183,20 @@ pub(crate) fn finish(
                 telemetry.limit_failure = Some(ErrorCode::SnapshotLimitExceeded);
                 *t = telemetry;
             }
-            return fail(&mut state, failed, Cancel::RunEnded, events);
+            return end(&mut state, failed, Cancel::RunEnded, events);
         }
     };
     let run_id = resumed.map_or_else(crate::run::store::new_run_id, str::to_owned);
-    if let Some(d) = durable {
-        // From here on the run's results are written to the store; those
-        // that arrived before are kept in the record (carried), so none
-        // is lost whichever process resumes the run.
-        state.calls.sink().persist_to(&d.backend, &run_id);
-        // A claim not yet taken is moot: the run waits again.
-        state.calls.defer_claim(None);
-        let (arrived, aborted) = state.calls.arrived();
-        for finished in arrived {
-            let settled = crate::run::bridge::settlement(ctx, &mut state, finished);
-            state.carried.push_back(settled);
-        }
-        if aborted {
-            state.calls.sink().stop();
-            return fail(&mut state, aborted_failure(), Cancel::Aborted, events);
-        }
-    }
-    let generation = match durable {
+    let generation = match ctx.host.durable.as_ref() {
         None => None,
-        Some(d) => {
-            let record =
-                crate::run::durable::encode(&state, &snapshot.to_bytes(), d.backend.instance());
-            let ttl = Duration::from_secs(ctx.host.config.snapshot_ttl_seconds);
-            match d
-                .backend
-                .put(&run_id, &state.owner_key, &record, ttl, d.bounds)
-            {
+        Some(durable) => {
+            if carry_arrived(ctx, durable, &mut state, &run_id) {
+                return end(&mut state, aborted_failure(), Cancel::Aborted, events);
+            }
+            match write_record(ctx, durable, &state, &snapshot, &run_id) {
                 Ok(generation) => Some(generation),
-                Err(e) => {
+                Err((code, message)) => {
                     state.calls.sink().stop();
-                    let (code, message) = match &e {
-                        codemode_store::StoreError::Full { .. }
-                        | codemode_store::StoreError::BytesFull { .. } => (
-                            ErrorCode::SnapshotLimitExceeded,
-                            format!(
-                                "the run could not wait: {e} (maxSuspendedRuns / maxStoreBytes over every process sharing the store); finish or abandon waiting runs, or keep less data alive across awaits"
-                            ),
-                        ),
-                        _ => (
-                            ErrorCode::RuntimeUnavailable,
-                            format!(
-                                "the run could not wait: {e}; it ended and its nested calls were cancelled (they may or may not have taken effect); run it again when the store is back"
-                            ),
-                        ),
-                    };
                     telemetry.limit_failure =
                         (code == ErrorCode::SnapshotLimitExceeded).then_some(code);
                     let failed = CodeModeResult::Failed {
@@ -279,7 +206,7 @@ pub(crate) fn finish(
                         receipts: Receipts::default(),
                         telemetry,
                     };
-                    return fail(&mut state, failed, Cancel::RunEnded, events);
+                    return end(&mut state, failed, Cancel::RunEnded, events);
                 }
             }
         }
@@ -289,7 +216,113 @@ pub(crate) fn finish(
         bytes: Some(snapshot.size_bytes() as u64),
         micros: Some(suspend_started.elapsed().as_micros() as u64),
     });
-    let pending_tool_calls: Vec<PendingToolCall> = state
+    let waiting = Waiting {
+        pending_tool_calls: pending_tool_calls(&state),
+        reason: wait_reason(reason, &state),
+        output,
+        telemetry,
+    };
+    let receipts = state.calls.take_receipts();
+    let info = state.info.clone();
+    let catalog = Arc::clone(&state.catalog);
+    let result = hold(ctx, resumed, run_id, snapshot, state, generation, waiting);
+    let mut result = with_telemetry(result, &info, &catalog, started, std::mem::take(events));
+    // Calls that ended before the suspend happened, whatever became of the
+    // run: the model must learn of their effects.
+    *result.receipts_mut() = receipts;
+    result
+}
+
+/// The run ends with `result`: a resumed run leaves the stores, its calls
+/// still in flight are cancelled (`why`), and the result gets the run's
+/// telemetry and receipts.
+fn end_run(
+    ctx: &DriveCtx,
+    resumed: Option<&str>,
+    state: &mut RunState,
+    result: CodeModeResult,
+    why: Cancel,
+    started: Instant,
+    events: &mut Vec<SnapshotEvent>,
+) -> CodeModeResult {
+    if let Some(run_id) = resumed {
+        ctx.host.store.finish(run_id);
+        forget(ctx, run_id);
+    }
+    state.info.cancelled += state.calls.cancel_all(why) as u32;
+    let mut result = with_telemetry(
+        result,
+        &state.info,
+        &state.catalog,
+        started,
+        std::mem::take(events),
+    );
+    *result.receipts_mut() = state.calls.take_receipts();
+    result
+}
+
+/// A run that ends (or could not wait) leaves the durable store too.
+fn forget(ctx: &DriveCtx, run_id: &str) {
+    if let Some(d) = &ctx.host.durable
+        && let Err(e) = d.backend.remove(run_id)
+    {
+        tracing::warn!(run_id, error = %e, "a finished run could not be removed from the run store; it expires with its TTL");
+    }
+}
+
+/// From here on the run's results are written to the durable store; those
+/// that arrived before are kept in the record (carried), so none is lost
+/// whichever process resumes the run. Returns whether the run was aborted
+/// meanwhile (then nothing is written).
+fn carry_arrived(ctx: &DriveCtx, durable: &Durable, state: &mut RunState, run_id: &str) -> bool {
+    state.calls.sink().persist_to(&durable.backend, run_id);
+    // A claim not yet taken is moot: the run waits again.
+    state.calls.defer_claim(None);
+    let (arrived, aborted) = state.calls.arrived();
+    for finished in arrived {
+        let settled = crate::run::bridge::settlement(ctx, state, finished);
+        state.carried.push_back(settled);
+    }
+    if aborted {
+        state.calls.sink().stop();
+    }
+    aborted
+}
+
+/// Writes the waiting run's record; its generation, or the code and
+/// message of why the run cannot wait.
+fn write_record(
+    ctx: &DriveCtx,
+    durable: &Durable,
+    state: &RunState,
+    snapshot: &Snapshot,
+    run_id: &str,
+) -> Result<u64, (ErrorCode, String)> {
+    let record =
+        crate::run::durable::encode(state, &snapshot.to_bytes(), durable.backend.instance());
+    let ttl = Duration::from_secs(ctx.host.config.snapshot_ttl_seconds);
+    durable
+        .backend
+        .put(run_id, &state.owner_key, &record, ttl, durable.bounds)
+        .map_err(|e| match &e {
+            codemode_store::StoreError::Full { .. } | codemode_store::StoreError::BytesFull { .. } => (
+                ErrorCode::SnapshotLimitExceeded,
+                format!(
+                    "the run could not wait: {e} (maxSuspendedRuns / maxStoreBytes over every process sharing the store); finish or abandon waiting runs, or keep less data alive across awaits"
+                ),
+            ),
+            _ => (
+                ErrorCode::RuntimeUnavailable,
+                format!(
+                    "the run could not wait: {e}; it ended and its nested calls were cancelled (they may or may not have taken effect); run it again when the store is back"
+                ),
+            ),
+        })
+}
+
+/// The calls the model is told are still pending.
+fn pending_tool_calls(state: &RunState) -> Vec<PendingToolCall> {
+    state
         .calls
         .iter()
         .map(|c| {
@@ -307,23 +340,49 @@ pub(crate) fn finish(
                     .and_then(|g| g.summary()),
             }
         })
-        .collect();
-    // Suspended at the deadline while only approvals were pending: the
-    // model should know a human has to act.
-    // And the other way: a decision that landed since the drive decided to
-    // suspend makes the call a running one.
+        .collect()
+}
+
+/// Suspended at the deadline while only approvals were pending: the model
+/// should know a human has to act. And the other way: a decision that
+/// landed since the drive decided to suspend makes the call a running one.
+fn wait_reason(reason: WaitReason, state: &RunState) -> WaitReason {
     let only_approvals = state.calls.only_approvals_pending();
-    let reason = match reason {
+    match reason {
         WaitReason::PendingTools if only_approvals => WaitReason::Approval,
         WaitReason::Approval if !only_approvals => WaitReason::PendingTools,
         other => other,
-    };
+    }
+}
+
+/// What a `waiting` result says besides the run id.
+struct Waiting {
+    pending_tool_calls: Vec<PendingToolCall>,
+    reason: WaitReason,
+    output: Vec<Output>,
+    telemetry: Telemetry,
+}
+
+/// Keeps the suspended run in the process's store: `waiting`, or why it
+/// cannot wait.
+fn hold(
+    ctx: &DriveCtx,
+    resumed: Option<&str>,
+    run_id: String,
+    snapshot: Snapshot,
+    state: RunState,
+    generation: Option<u64>,
+    waiting: Waiting,
+) -> CodeModeResult {
+    let Waiting {
+        pending_tool_calls,
+        reason,
+        output,
+        mut telemetry,
+    } = waiting;
     let run_tag = Arc::clone(&state.run_tag);
-    let receipts = state.calls.take_receipts();
-    let info = state.info.clone();
-    let catalog = Arc::clone(&state.catalog);
     let ttl = Duration::from_secs(ctx.host.config.snapshot_ttl_seconds);
-    let inserted = store.insert(
+    let inserted = ctx.host.store.insert(
         &run_id,
         resumed.is_some(),
         SuspendedRun {
@@ -334,15 +393,15 @@ pub(crate) fn finish(
         },
     );
     if inserted.is_err() {
-        forget(&run_id);
+        forget(ctx, &run_id);
     }
-    let result = match inserted {
+    match inserted {
         Ok(run_id) => {
             // Pending approvals can be named by this id from now on.
             let _ = run_tag.set(run_id.clone());
             if ctx.scope.is_aborted() {
-                // Aborted between the check above and the insert.
-                store.abort_run(&run_id, &ctx.scope.scope);
+                // Aborted between the check in `finish` and the insert.
+                ctx.host.store.abort_run(&run_id, &ctx.scope.scope);
                 aborted_failure()
             } else {
                 CodeModeResult::Waiting {
@@ -366,12 +425,7 @@ pub(crate) fn finish(
                 telemetry,
             }
         }
-    };
-    let mut result = with_telemetry(result, &info, &catalog, started, std::mem::take(events));
-    // Calls that ended before the suspend happened, whatever became of the
-    // run: the model must learn of their effects.
-    *result.receipts_mut() = receipts;
-    result
+    }
 }
 
 pub(crate) fn host_failure(error: &SandboxError) -> CodeModeResult {
