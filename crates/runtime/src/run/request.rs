@@ -362,98 +362,9 @@ impl BridgeRequest {
                 },
                 schema: mcp_api_schema(params.get("options")),
             },
-            Method::NsCall => {
-                let text = |key: &str| match params.get(key) {
-                    Some(Value::String(s)) => Some(s.clone()),
-                    _ => None,
-                };
-                let (Some(ns), Some(path)) = (text("ns"), text("path")) else {
-                    return Err(Refusal::nested(
-                        "namespace call: the namespace id and path must be strings",
-                    ));
-                };
-                let args = match params.get("args") {
-                    None | Some(Value::Null) => Vec::new(),
-                    Some(Value::Array(args)) => args.clone(),
-                    Some(_) => {
-                        return Err(Refusal::nested(
-                            "namespace call: the arguments must be an array",
-                        ));
-                    }
-                };
-                BridgeRequest::NsCall { ns, path, args }
-            }
-            Method::Progress => {
-                let number = |key: &str| {
-                    params
-                        .get(key)
-                        .and_then(Value::as_f64)
-                        .filter(|n| n.is_finite())
-                };
-                let Some(value) = number("value") else {
-                    return Err(Refusal::bad_request(
-                        "progress(value, total?, message?): value must be a finite number",
-                    ));
-                };
-                let total = match params.get("total") {
-                    None | Some(Value::Null) => None,
-                    Some(_) => Some(number("total").ok_or_else(|| {
-                        Refusal::bad_request(
-                            "progress(value, total?, message?): total must be a finite number",
-                        )
-                    })?),
-                };
-                let message = params
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .map(crate::progress::bounded_message);
-                BridgeRequest::Progress {
-                    value,
-                    total,
-                    message,
-                }
-            }
-            Method::HandleText | Method::HandleFind | Method::HandleJson => {
-                let offset = |key: &str, what: &str| -> Result<Option<usize>, Refusal> {
-                    match params.get(key) {
-                        None | Some(Value::Null) => Ok(None),
-                        Some(v) => v
-                            .as_u64()
-                            .and_then(|n| usize::try_from(n).ok())
-                            .map(Some)
-                            .ok_or_else(|| {
-                                Refusal::bad_request(format!(
-                                    "{what}: `{key}` must be a whole number of bytes, 0 or more"
-                                ))
-                            }),
-                    }
-                };
-                let Some(id) = params.get("id").and_then(Value::as_u64) else {
-                    return Err(Refusal::bad_request(
-                        "result handle: not a handle of this run",
-                    ));
-                };
-                match method {
-                    Method::HandleText => BridgeRequest::HandleText {
-                        id,
-                        start: offset("start", "result.text(start?, end?)")?.unwrap_or(0),
-                        end: offset("end", "result.text(start?, end?)")?,
-                    },
-                    Method::HandleFind => {
-                        let Some(Value::String(needle)) = params.get("needle") else {
-                            return Err(Refusal::bad_request(
-                                "result.find(needle, from?): needle must be a string",
-                            ));
-                        };
-                        BridgeRequest::HandleFind {
-                            id,
-                            needle: needle.clone(),
-                            from: offset("from", "result.find(needle, from?)")?.unwrap_or(0),
-                        }
-                    }
-                    _ => BridgeRequest::HandleJson { id },
-                }
-            }
+            Method::NsCall => ns_call(params)?,
+            Method::Progress => progress(params)?,
+            Method::HandleText | Method::HandleFind | Method::HandleJson => handle(method, params)?,
             Method::ApiList => BridgeRequest::ApiList {
                 prefix: optional_string(params, "prefix", "API.list(prefix?)")?.map(str::to_owned),
             },
@@ -470,6 +381,102 @@ impl BridgeRequest {
             }
         })
     }
+}
+
+/// `ns.call` params: namespace id, path, arguments.
+fn ns_call(params: &Map<String, Value>) -> Result<BridgeRequest, Refusal> {
+    let text = |key: &str| match params.get(key) {
+        Some(Value::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let (Some(ns), Some(path)) = (text("ns"), text("path")) else {
+        return Err(Refusal::nested(
+            "namespace call: the namespace id and path must be strings",
+        ));
+    };
+    let args = match params.get("args") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(args)) => args.clone(),
+        Some(_) => {
+            return Err(Refusal::nested(
+                "namespace call: the arguments must be an array",
+            ));
+        }
+    };
+    Ok(BridgeRequest::NsCall { ns, path, args })
+}
+
+/// `progress(value, total?, message?)` params.
+fn progress(params: &Map<String, Value>) -> Result<BridgeRequest, Refusal> {
+    let number = |key: &str| {
+        params
+            .get(key)
+            .and_then(Value::as_f64)
+            .filter(|n| n.is_finite())
+    };
+    let Some(value) = number("value") else {
+        return Err(Refusal::bad_request(
+            "progress(value, total?, message?): value must be a finite number",
+        ));
+    };
+    let total = match params.get("total") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(number("total").ok_or_else(|| {
+            Refusal::bad_request("progress(value, total?, message?): total must be a finite number")
+        })?),
+    };
+    let message = params
+        .get("message")
+        .and_then(Value::as_str)
+        .map(crate::progress::bounded_message);
+    Ok(BridgeRequest::Progress {
+        value,
+        total,
+        message,
+    })
+}
+
+/// Params of a result handle's `text`, `find` or `json`.
+fn handle(method: Method, params: &Map<String, Value>) -> Result<BridgeRequest, Refusal> {
+    let offset = |key: &str, what: &str| -> Result<Option<usize>, Refusal> {
+        match params.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    Refusal::bad_request(format!(
+                        "{what}: `{key}` must be a whole number of bytes, 0 or more"
+                    ))
+                }),
+        }
+    };
+    let Some(id) = params.get("id").and_then(Value::as_u64) else {
+        return Err(Refusal::bad_request(
+            "result handle: not a handle of this run",
+        ));
+    };
+    Ok(match method {
+        Method::HandleText => BridgeRequest::HandleText {
+            id,
+            start: offset("start", "result.text(start?, end?)")?.unwrap_or(0),
+            end: offset("end", "result.text(start?, end?)")?,
+        },
+        Method::HandleFind => {
+            let Some(Value::String(needle)) = params.get("needle") else {
+                return Err(Refusal::bad_request(
+                    "result.find(needle, from?): needle must be a string",
+                ));
+            };
+            BridgeRequest::HandleFind {
+                id,
+                needle: needle.clone(),
+                from: offset("from", "result.find(needle, from?)")?.unwrap_or(0),
+            }
+        }
+        _ => BridgeRequest::HandleJson { id },
+    })
 }
 
 fn oversized_name(params: &Map<String, Value>) -> Option<(&'static str, usize)> {
