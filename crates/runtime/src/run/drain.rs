@@ -10,7 +10,7 @@ use codemode_sandbox::{FailureKind, Settlement, Step, Vm};
 use serde_json::Value;
 
 use crate::executor::live::Msg;
-use crate::result::{CodeModeResult, ErrorCode, Receipts, WaitReason};
+use crate::result::{CodeModeResult, ErrorCode, Output, Receipts, WaitReason};
 use crate::run::bridge::{handle_request, settlement};
 use crate::run::calls::Cancel;
 use crate::run::env::DriveCtx;
@@ -49,6 +49,46 @@ pub(crate) fn register_live(ctx: &DriveCtx, state: &RunState) -> u64 {
     key
 }
 
+/// The run was aborted: its calls are cancelled.
+fn aborted(state: &mut RunState) -> Driven {
+    state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
+    Driven::done(aborted_failure())
+}
+
+/// The drive stops with calls still open: a cell that already returned
+/// completes (its fire-and-forget calls are cancelled), else it suspends
+/// for `reason`.
+fn stop_open(
+    vm: Vm,
+    output: Vec<Output>,
+    state: &mut RunState,
+    finished: Option<Value>,
+    reason: WaitReason,
+) -> Driven {
+    if let Some(value) = finished {
+        state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
+        return Driven::done(completed(&vm, value, output));
+    }
+    Driven::Suspend {
+        vm: Box::new(vm),
+        reason,
+        output,
+    }
+}
+
+/// The cell awaits something nothing will settle.
+fn never_settles(vm: &Vm, output: Vec<Output>) -> CodeModeResult {
+    CodeModeResult::Failed {
+        error: "the cell is waiting on a promise that nothing will ever settle (no tool calls are pending and there are no timers); \
+                make sure every awaited promise is resolved"
+            .into(),
+        code: None,
+        output,
+        receipts: Receipts::default(),
+        telemetry: vm_telemetry(vm, None),
+    }
+}
+
 /// Drives a VM: answers requests, delivers ready settlements and nested
 /// results as they arrive, and stops when the cell is done, fails, yields,
 /// or still waits on calls at the deadline.
@@ -69,8 +109,7 @@ pub(crate) fn drive(
         match step {
             Step::Completed(value) => finished = Some(value),
             Step::Failed(failure) if failure.kind == FailureKind::Aborted => {
-                state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
-                return Driven::done(aborted_failure());
+                return aborted(state);
             }
             Step::Failed(failure) => {
                 return Driven::done(failed(&vm, &failure, output, state.source_map.as_deref()));
@@ -87,22 +126,15 @@ pub(crate) fn drive(
             codemode_sandbox::burst_checkpoint();
         }
         if ctx.limits.cancel.is_cancelled() {
-            state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
-            return Driven::done(aborted_failure());
+            return aborted(state);
         }
         if !ready.is_empty() && Instant::now() >= ctx.delivery_deadline() {
-            if let Some(value) = finished {
-                // The cell already returned: late fire-and-forget results
-                // are dropped with their calls.
-                state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
-                return Driven::done(completed(&vm, value, output));
+            // A cell that already returned drops late fire-and-forget
+            // results with their calls; else they wait for the next `wait`.
+            if finished.is_none() {
+                state.carried.extend(ready.drain(..));
             }
-            state.carried.extend(ready.drain(..));
-            return Driven::Suspend {
-                vm: Box::new(vm),
-                reason: WaitReason::PendingTools,
-                output,
-            };
+            return stop_open(vm, output, state, finished, WaitReason::PendingTools);
         }
         if let Some((id, settlement)) = ready.pop_front() {
             step = match vm.settle(id, settlement) {
@@ -116,15 +148,7 @@ pub(crate) fn drive(
         let outstanding = vm.outstanding_requests();
         if finished.is_none() {
             if outstanding.is_empty() {
-                return Driven::done(CodeModeResult::Failed {
-                    error: "the cell is waiting on a promise that nothing will ever settle (no tool calls are pending and there are no timers); \
-                            make sure every awaited promise is resolved"
-                        .into(),
-                    code: None,
-                    output,
-                    receipts: Receipts::default(),
-                    telemetry: vm_telemetry(&vm, None),
-                });
+                return Driven::done(never_settles(&vm, output));
             }
             if state.yields.iter().any(|id| outstanding.contains(id)) {
                 return Driven::Suspend {
@@ -137,15 +161,7 @@ pub(crate) fn drive(
         if state.calls.all_awaiting_decision() {
             // Only a human can move the cell on now: suspend at once
             // instead of holding the VM until the deadline.
-            if let Some(value) = finished {
-                state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
-                return Driven::done(completed(&vm, value, output));
-            }
-            return Driven::Suspend {
-                vm: Box::new(vm),
-                reason: WaitReason::Approval,
-                output,
-            };
+            return stop_open(vm, output, state, finished, WaitReason::Approval);
         }
         if state.calls.in_flight() == 0 {
             if let Some(value) = finished {
@@ -169,22 +185,11 @@ pub(crate) fn drive(
                     ready.push_back(settlement(ctx, state, done));
                 }
             }
-            Ok(Msg::Abort) => {
-                state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
-                return Driven::done(aborted_failure());
-            }
+            Ok(Msg::Abort) => return aborted(state),
             // Re-checked at the top of the loop.
             Ok(Msg::AwaitingApproval) => {}
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                if let Some(value) = finished {
-                    state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
-                    return Driven::done(completed(&vm, value, output));
-                }
-                return Driven::Suspend {
-                    vm: Box::new(vm),
-                    reason: WaitReason::PendingTools,
-                    output,
-                };
+                return stop_open(vm, output, state, finished, WaitReason::PendingTools);
             }
         }
     }
