@@ -84,13 +84,7 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
     // `--deny` adds to the config's `tools.deny`.
     let mut policy = config.policy.clone();
     policy.deny.extend(deny);
-    let code = match file.as_deref() {
-        None => read_stdin()?,
-        Some(p) if p.as_os_str() == "-" => read_stdin()?,
-        Some(p) => {
-            std::fs::read_to_string(p).with_context(|| format!("reading cell {}", p.display()))?
-        }
-    };
+    let code = read_cell(file.as_deref())?;
     let language = match language {
         LanguageArg::Javascript => "javascript",
         LanguageArg::Typescript => "typescript",
@@ -101,23 +95,7 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
         let upstreams = Upstreams::start(config.servers, policy.clone(), config.approvals);
         upstreams.started().await;
         report_down(&upstreams);
-        let mut definitions = tools.definitions();
-        let mut mcp_servers = Vec::new();
-        let mcp_catalog = upstreams.catalog();
-        for server in mcp_catalog.mcp().servers() {
-            mcp_servers.push(server.info.clone());
-            for tool in &server.tools {
-                definitions.push(
-                    ToolDefinition::new(ToolSource::Mcp, &server.info.name, &tool.entry.name)
-                        .with_description(&tool.entry.description)
-                        .with_parameters(tool.entry.parameters.clone())
-                        .with_approval(tool.entry.needs_approval)
-                        .with_annotations(tool.entry.annotations.clone()),
-                );
-            }
-        }
-        let catalog = Catalog::build_with_mcp_servers(definitions, &policy, &mcp_servers)
-            .map_err(|e| anyhow::anyhow!("tools file: {e}"))?;
+        let catalog = catalog_with_mcp(&tools, &upstreams, &policy)?;
         let executor = tools_file::combined(tools.executor(), upstreams.executor());
         let runtime = match CodeModeRuntime::new(config.code_mode) {
             Ok(runtime) => runtime,
@@ -139,7 +117,11 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
         };
         let session = runtime.session(context, catalog, executor);
         let mut result = session
-            .exec_call("cli_exec", &serde_json::json!({ "code": code, "language": language }), codemode_runtime::CallOptions::default())
+            .exec_call(
+                "cli_exec",
+                &serde_json::json!({ "code": code, "language": language }),
+                codemode_runtime::CallOptions::default(),
+            )
             .await;
         print_result(&result)?;
         while follow
@@ -171,6 +153,42 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
             _ => ExitCode::SUCCESS,
         })
     })
+}
+
+/// The scripted tools and the configured servers' tools in one catalog.
+fn catalog_with_mcp(
+    tools: &ToolsFile,
+    upstreams: &Upstreams,
+    policy: &codemode_runtime::ToolPolicy,
+) -> Result<Catalog> {
+    let mut definitions = tools.definitions();
+    let mut mcp_servers = Vec::new();
+    let mcp_catalog = upstreams.catalog();
+    for server in mcp_catalog.mcp().servers() {
+        mcp_servers.push(server.info.clone());
+        for tool in &server.tools {
+            definitions.push(
+                ToolDefinition::new(ToolSource::Mcp, &server.info.name, &tool.entry.name)
+                    .with_description(&tool.entry.description)
+                    .with_parameters(tool.entry.parameters.clone())
+                    .with_approval(tool.entry.needs_approval)
+                    .with_annotations(tool.entry.annotations.clone()),
+            );
+        }
+    }
+    Catalog::build_with_mcp_servers(definitions, policy, &mcp_servers)
+        .map_err(|e| anyhow::anyhow!("tools file: {e}"))
+}
+
+/// The cell: from `file`, or stdin for none or `-`.
+fn read_cell(file: Option<&Path>) -> Result<String> {
+    match file {
+        None => read_stdin(),
+        Some(p) if p.as_os_str() == "-" => read_stdin(),
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading cell {}", p.display()))
+        }
+    }
 }
 
 pub(crate) fn read_stdin() -> Result<String> {

@@ -204,6 +204,64 @@ fn token_key(token: &rmcp::model::ProgressToken) -> String {
     }
 }
 
+/// The command of a stdio server: a clean environment but for the
+/// variables a process needs to start and the server's own.
+fn stdio_command(
+    command: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, crate::config::Secret>,
+    cwd: Option<&std::path::Path>,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(command);
+    cmd.args(args).env_clear();
+    for key in INHERITED_ENV {
+        if let Some(value) = std::env::var_os(key) {
+            cmd.env(key, value);
+        }
+    }
+    for (key, value) in env {
+        cmd.env(key, value.expose());
+    }
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd
+}
+
+/// A stdio server's stderr, line by line, into the log.
+fn log_stderr(stderr: impl tokio::io::AsyncRead + Unpin + Send + 'static, server: String) {
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            info!(target: "codemode_mcp::upstream_stderr", server = %server, "{line}");
+        }
+    });
+}
+
+/// An HTTP server's configured headers, checked (values are secrets: an
+/// error never echoes one).
+fn header_map(
+    name: &str,
+    headers: &std::collections::BTreeMap<String, crate::config::Secret>,
+) -> Result<HashMap<http::HeaderName, http::HeaderValue>, UpstreamError> {
+    let mut custom = HashMap::new();
+    for (key, value) in headers {
+        let header = http::HeaderName::from_bytes(key.as_bytes()).map_err(|_| {
+            UpstreamError(format!(
+                "MCP server `{name}`: header name `{key}` is not valid"
+            ))
+        })?;
+        let value = http::HeaderValue::from_str(value.expose()).map_err(|_| {
+            UpstreamError(format!(
+                "MCP server `{name}`: the value of header `{key}` is not a valid header value"
+            ))
+        })?;
+        custom.insert(header, value);
+    }
+    Ok(custom)
+}
+
 /// Tells the server a request was abandoned (`notifications/cancelled`)
 /// when dropped while still armed.
 struct CancelOnDrop {
@@ -492,33 +550,14 @@ impl Upstream {
                 env,
                 cwd,
             } => {
-                let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args).env_clear();
-                for key in INHERITED_ENV {
-                    if let Some(value) = std::env::var_os(key) {
-                        cmd.env(key, value);
-                    }
-                }
-                for (key, value) in env {
-                    cmd.env(key, value.expose());
-                }
-                if let Some(cwd) = cwd {
-                    cmd.current_dir(cwd);
-                }
+                let cmd = stdio_command(command, args, env, cwd.as_deref());
                 let mut wrapped = process_wrap::tokio::CommandWrap::from(cmd);
                 wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
                 let (transport, stderr, pid) = GuardedChild::spawn(wrapped, name.clone())
                     .map_err(|e| fail(&format!("starting `{command}`"), &e))?;
                 group.0 = pid.and_then(|pid| i32::try_from(pid).ok());
                 if let Some(stderr) = stderr {
-                    let server = name.clone();
-                    tokio::spawn(async move {
-                        use tokio::io::AsyncBufReadExt;
-                        let mut lines = tokio::io::BufReader::new(stderr).lines();
-                        while let Ok(Some(line)) = lines.next_line().await {
-                            info!(target: "codemode_mcp::upstream_stderr", server = %server, "{line}");
-                        }
-                    });
+                    log_stderr(stderr, name.clone());
                 }
                 handler
                     .serve_with_lifecycle(transport, lifecycle())
@@ -530,21 +569,7 @@ impl Upstream {
                 headers,
                 oauth,
             } => {
-                let mut custom = HashMap::new();
-                for (key, value) in headers {
-                    let header = http::HeaderName::from_bytes(key.as_bytes()).map_err(|_| {
-                        UpstreamError(format!(
-                            "MCP server `{name}`: header name `{key}` is not valid"
-                        ))
-                    })?;
-                    // The value is a secret: never echo it.
-                    let value = http::HeaderValue::from_str(value.expose()).map_err(|_| {
-                        UpstreamError(format!(
-                            "MCP server `{name}`: the value of header `{key}` is not a valid header value"
-                        ))
-                    })?;
-                    custom.insert(header, value);
-                }
+                let custom = header_map(name, headers)?;
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
                 let http =
