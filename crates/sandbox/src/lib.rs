@@ -82,7 +82,7 @@ pub use guest_json::{
 pub use host::{HostRequest, OUTPUT_ITEM_COST, OutputItem};
 pub use image::default_cache_dir;
 pub use limits::{CancelFlag, Limits};
-pub use prelude::GuestApi;
+pub use prelude::{GuestApi, PRELUDE_GLOBALS};
 pub use priority::{burst, burst_checkpoint};
 pub use snapshot::Snapshot;
 pub use vm::{Failure, FailureKind, Settlement, Step, Vm};

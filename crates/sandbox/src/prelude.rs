@@ -14,6 +14,11 @@ use std::sync::Arc;
 /// The engine side of the prelude.
 const ENGINE_PRELUDE: &str = include_str!("prelude.js");
 
+/// The globals the engine prelude defines (`prelude.js`; a test pins the
+/// two together). Whoever lets others name globals (plugin namespaces)
+/// must keep clear of them.
+pub const PRELUDE_GLOBALS: &[&str] = &["text", "json", "require", "fetch"];
+
 /// A guest API: JavaScript source of one function expression
 /// `(function (bridge) { ...; return function install(context) { ... }; })`.
 ///
@@ -80,4 +85,22 @@ pub(crate) fn compose(guest_api: &GuestApi) -> String {
     text.push_str(guest_api.source());
     text.push_str("\n)\n");
     text
+}
+
+#[cfg(test)]
+mod globals_tests {
+    use super::{ENGINE_PRELUDE, PRELUDE_GLOBALS};
+
+    #[test]
+    fn prelude_globals_are_exactly_what_prelude_js_defines() {
+        let mut defined: Vec<&str> = ENGINE_PRELUDE
+            .split("defineGlobal(\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        defined.sort_unstable();
+        let mut listed = PRELUDE_GLOBALS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(defined, listed);
+    }
 }

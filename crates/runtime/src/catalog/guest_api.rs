@@ -17,6 +17,19 @@ use crate::catalog::mcp::McpMethod;
 /// The guest API's JavaScript (see the file's header).
 const SOURCE: &str = include_str!("guest_api.js");
 
+/// Every global `guest_api.js` defines (a test pins the two together):
+/// plugin namespaces may not take them.
+pub(crate) const GUEST_GLOBALS: &[&str] = &[
+    "yield_control",
+    "progress",
+    "unwrap",
+    "ALL_TOOLS",
+    "tools",
+    "MCP",
+    "namespaces",
+    "API",
+];
+
 /// The guest API the runtime's sandbox is built with. Public for harnesses
 /// (fuzzing, benches) that drive a bare [`codemode_sandbox::Sandbox`] with
 /// the product's globals.
@@ -216,6 +229,20 @@ pub(crate) fn with_run_fields(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn guest_globals_are_exactly_what_guest_api_js_defines() {
+        let mut defined: Vec<&str> = SOURCE
+            .split("defineGlobal(\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        defined.sort_unstable();
+        let mut listed = GUEST_GLOBALS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(defined, listed);
+    }
+
     use std::collections::BTreeSet;
 
     use super::*;

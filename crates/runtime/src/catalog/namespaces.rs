@@ -178,20 +178,12 @@ pub enum NamespaceError {
     },
 }
 
-/// Globals of code mode and of the JavaScript engine a namespace may not
-/// take.
+/// Globals a namespace may not take besides those of the guest API
+/// (`guest_api::GUEST_GLOBALS`) and the engine prelude
+/// (`codemode_sandbox::PRELUDE_GLOBALS`), which own their lists: names
+/// hosts and the language give meaning to.
 const RESERVED_GLOBALS: &[&str] = &[
-    // code mode
-    "tools",
-    "namespaces",
-    "text",
-    "json",
-    "yield_control",
-    "ALL_TOOLS",
-    "MCP",
-    "API",
-    "require",
-    "fetch",
+    // other runtimes' globals a model may probe for
     "process",
     "Deno",
     "Bun",
@@ -297,6 +289,8 @@ fn check_global_name(name: &str) -> Result<(), String> {
         return Err(format!("globalName `{name}` is a reserved word"));
     }
     if RESERVED_GLOBALS.contains(&name)
+        || crate::catalog::guest_api::GUEST_GLOBALS.contains(&name)
+        || codemode_sandbox::PRELUDE_GLOBALS.contains(&name)
         || name.starts_with("__codemode")
         || name.starts_with("__openclaw")
     {
@@ -742,6 +736,9 @@ mod tests {
             "ALL_TOOLS",
             "MCP",
             "API",
+            "progress",
+            "unwrap",
+            "require",
             "Promise",
             "Object",
             "class",
