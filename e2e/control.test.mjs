@@ -186,6 +186,8 @@ describe("operator approvals", () => {
       listed.pending.map((p) => [p.runId, p.callId, p.toolId]),
       [[r.runId, pending.id, "mcp:annotated:drop"]],
     );
+    // The operator sees why it was held: the gateway's default mode.
+    assert.match(listed.pending[0].reason, /marked destructive \(approvals.mode "destructive"\)/);
     await assert.rejects(
       run(BIN, ["approvals", "list", "--admin", gateway.admin], {
         env: { ...process.env, CODEMODE_ADMIN_TOKEN: "wrong-token-0123456789" },

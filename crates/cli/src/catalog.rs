@@ -13,7 +13,8 @@ pub(crate) fn catalog(config: &PathBuf) -> Result<ExitCode> {
     print_diagnostics(&diagnostics);
     let tokio = tokio_runtime()?;
     tokio.block_on(async move {
-        let upstreams = Upstreams::start(config.servers, config.policy, config.approvals);
+        let policy = config.tool_policy(&Default::default());
+        let upstreams = Upstreams::start(config.servers, policy);
         upstreams.started().await;
         let catalog = upstreams.catalog();
         use std::io::Write;

@@ -82,8 +82,10 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
     print_diagnostics(&diagnostics);
     let tools = load_tools(tools.as_deref())?;
     // `--deny` adds to the config's `tools.deny`.
-    let mut policy = config.policy.clone();
-    policy.deny.extend(deny);
+    let policy = config.tool_policy(&codemode_runtime::ToolPolicy {
+        deny,
+        ..Default::default()
+    });
     let code = read_cell(file.as_deref())?;
     let language = match language {
         LanguageArg::Javascript => "javascript",
@@ -92,7 +94,7 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
     let tokio = tokio_runtime()?;
     tokio.block_on(async move {
         // The configured MCP servers join the scripted tools.
-        let upstreams = Upstreams::start(config.servers, policy.clone(), config.approvals);
+        let upstreams = Upstreams::start(config.servers, policy.clone());
         upstreams.started().await;
         report_down(&upstreams);
         let catalog = catalog_with_mcp(&tools, &upstreams, &policy)?;
@@ -171,7 +173,6 @@ fn catalog_with_mcp(
                 ToolDefinition::new(ToolSource::Mcp, &server.info.name, &tool.entry.name)
                     .with_description(&tool.entry.description)
                     .with_parameters(tool.entry.parameters.clone())
-                    .with_approval(tool.entry.needs_approval)
                     .with_annotations(tool.entry.annotations.clone()),
             );
         }

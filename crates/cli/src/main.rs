@@ -260,7 +260,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 metrics,
             },
             GatewayOptions {
-                policy: ToolPolicy { allow: None, deny },
+                policy: ToolPolicy {
+                    deny,
+                    ..ToolPolicy::default()
+                },
                 allowed_hosts: allow_hosts,
                 allowed_origins: allow_origins,
                 max_http_sessions: max_http_sessions.unwrap_or(0),

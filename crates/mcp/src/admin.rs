@@ -3,7 +3,7 @@
 //! and approves or denies them. Every request needs the bearer token the
 //! gateway was started with; `codemode approvals` drives it.
 //!
-//! - `GET /approvals` → `{"pending": [{runId, callId, toolId, inputSummary, context}]}`
+//! - `GET /approvals` → `{"pending": [{runId, callId, toolId, reason, inputSummary, context}]}`
 //! - `POST /approvals/approve` with `{"runId", "callId"}`
 //! - `POST /approvals/deny` with `{"runId", "callId", "reason"?}`
 

@@ -195,9 +195,10 @@ fn clip(text: &str, max: usize) -> String {
 fn elicitation(request: &ApprovalRequest) -> Result<ElicitRequestParams, String> {
     let tool = &request.tool;
     let message = format!(
-        "Code mode wants to call tool \"{}\" of MCP server \"{}\".\nAnnotations: {}\nInput: {}",
+        "Code mode wants to call tool \"{}\" of MCP server \"{}\".\nWhy you are asked: {}\nAnnotations: {}\nInput: {}",
         clip(&tool.name, 128),
         clip(&tool.source_name, 64),
+        codemode_runtime::approval_reason(tool),
         annotations(&tool.annotations),
         request.input_summary
     );

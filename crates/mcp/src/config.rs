@@ -22,7 +22,16 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use codemode_runtime::{CodeModeConfig, ConfigError, Diagnostic, ToolPolicy};
+use codemode_runtime::{
+    CodeModeConfig, ConfigError, Diagnostic, OwnerPolicy, ToolPolicy, ToolSource,
+};
+
+/// `approvals.mode`: which nested calls need a human's yes (decided by the
+/// runtime's [`ToolPolicy::decide`]).
+pub use codemode_runtime::ApprovalMode;
+
+/// `approvals.mode` when the file does not say.
+pub const DEFAULT_APPROVAL_MODE: ApprovalMode = ApprovalMode::Destructive;
 use serde_json::{Map, Value};
 
 /// A value that must not be shown: `Debug` and `Display` print `<redacted>`.
@@ -130,30 +139,12 @@ pub struct McpServerConfig {
     /// shown to the model in place of the server's own `instructions`.
     pub description: Option<String>,
     /// Which of its tools exist for code mode (`allowTools` / `denyTools`,
-    /// globs over the upstream tool names; deny wins). The others are
-    /// absent from the catalog, `MCP.<server>` and the declarations, and
-    /// are refused even by a guessed name.
-    pub tools: ToolPolicy,
-    /// `approveTools`: globs over upstream tool names whose calls need a
-    /// human's approval whatever `approvals.mode` says.
-    pub approve_tools: Vec<String>,
-}
-
-impl McpServerConfig {
-    /// Whether a call of tool `name` (with the server's annotations
-    /// `readOnlyHint` / `destructiveHint`) needs approval under `mode`.
-    pub fn needs_approval(
-        &self,
-        mode: ApprovalMode,
-        name: &str,
-        read_only: Option<bool>,
-        destructive: Option<bool>,
-    ) -> bool {
-        self.approve_tools
-            .iter()
-            .any(|pattern| codemode_runtime::glob_matches(pattern, name))
-            || mode.needs_approval(read_only, destructive)
-    }
+    /// globs over the upstream tool names; deny wins) and which need a
+    /// human's approval whatever `approvals.mode` says (`approveTools`).
+    /// The others are absent from the catalog, `MCP.<server>` and the
+    /// declarations, and are refused even by a guessed name. Applied by
+    /// the runtime's [`ToolPolicy::decide`] ([`GatewayConfig::tool_policy`]).
+    pub tools: OwnerPolicy,
 }
 
 /// `results.form`: how an `exec`/`wait` result reaches the client.
@@ -169,44 +160,6 @@ pub enum ResultForm {
     Text,
     /// Both in full (the JSON text and `structuredContent`).
     Both,
-}
-
-/// `approvals.mode`: which nested calls need a human's yes, read from the
-/// upstream's tool annotations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ApprovalMode {
-    /// None (except `approveTools`).
-    Never,
-    /// Tools marked `destructiveHint: true` and not `readOnlyHint: true`.
-    #[default]
-    Destructive,
-    /// Every tool not marked `readOnlyHint: true`.
-    Writes,
-    /// Every tool.
-    Always,
-}
-
-impl ApprovalMode {
-    /// The config's word for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalMode::Never => "never",
-            ApprovalMode::Destructive => "destructive",
-            ApprovalMode::Writes => "writes",
-            ApprovalMode::Always => "always",
-        }
-    }
-
-    /// Whether a tool with these annotations needs approval.
-    pub fn needs_approval(self, read_only: Option<bool>, destructive: Option<bool>) -> bool {
-        let read_only = read_only == Some(true);
-        match self {
-            ApprovalMode::Never => false,
-            ApprovalMode::Destructive => destructive == Some(true) && !read_only,
-            ApprovalMode::Writes => !read_only,
-            ApprovalMode::Always => true,
-        }
-    }
 }
 
 /// Where a `before_tool_call` hook runs.
@@ -230,7 +183,7 @@ pub struct HookConfig {
 }
 
 /// A whole gateway config (the default: no file).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GatewayConfig {
     /// The effective `tools.codeMode`.
     pub code_mode: CodeModeConfig,
@@ -256,6 +209,50 @@ pub struct GatewayConfig {
     /// `store`: where waiting runs are kept (`None`: the default, the
     /// embedded file store in the data directory).
     pub store: Option<StoreSetting>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> GatewayConfig {
+        GatewayConfig {
+            code_mode: CodeModeConfig::default(),
+            code_mode_given: false,
+            servers: Vec::new(),
+            policy: ToolPolicy::default(),
+            approvals: DEFAULT_APPROVAL_MODE,
+            before_tool_call: None,
+            auth: None,
+            result_form: ResultForm::default(),
+            result_handle_bytes: None,
+            store: None,
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// The one policy the catalog applies: `tools.allow` / `tools.deny`
+    /// (with `extra`'s deny globs added and its allow list, if any, in
+    /// place of the file's: the command line's `--deny` / `--allow`),
+    /// `approvals.mode`, and each server's `allowTools` / `denyTools` /
+    /// `approveTools`.
+    pub fn tool_policy(&self, extra: &ToolPolicy) -> ToolPolicy {
+        let mut policy = ToolPolicy {
+            allow: extra.allow.clone().or_else(|| self.policy.allow.clone()),
+            deny: self
+                .policy
+                .deny
+                .iter()
+                .chain(&extra.deny)
+                .cloned()
+                .collect(),
+            approve: self.policy.approve.clone(),
+            approvals: self.approvals,
+            owners: Vec::new(),
+        };
+        for server in &self.servers {
+            policy = policy.with_owner(ToolSource::Mcp, &server.name, server.tools.clone());
+        }
+        policy
+    }
 }
 
 /// Where waiting runs are kept (`store`, `--store`).
@@ -376,7 +373,7 @@ pub fn parse_config(
     let mut code_mode = CodeModeConfig::default();
     let mut code_mode_given = false;
     let mut policy = ToolPolicy::default();
-    let mut approvals = ApprovalMode::default();
+    let mut approvals = DEFAULT_APPROVAL_MODE;
     let mut before_tool_call = None;
     let mut auth = None;
     let mut result_form = ResultForm::default();
@@ -545,7 +542,7 @@ fn parse_approvals(
             "approvals",
             "expected an object like { mode: \"destructive\" }",
         ));
-        return ApprovalMode::default();
+        return DEFAULT_APPROVAL_MODE;
     };
     for key in object.keys().filter(|k| k.as_str() != "mode") {
         diagnostics.push(unknown(&join("approvals", key)));
@@ -556,20 +553,20 @@ fn parse_approvals(
         env,
         errors,
     };
-    match fields.string("mode").as_deref() {
-        None => ApprovalMode::default(),
-        Some("never") => ApprovalMode::Never,
-        Some("destructive") => ApprovalMode::Destructive,
-        Some("writes") => ApprovalMode::Writes,
-        Some("always") => ApprovalMode::Always,
-        Some(other) => {
+    let Some(mode) = fields.string("mode") else {
+        return DEFAULT_APPROVAL_MODE;
+    };
+    match ApprovalMode::parse(&mode) {
+        Some(mode) => mode,
+        None => {
+            let other = mode;
             fields.fail(
                 "mode",
                 format!(
                     "unknown approval mode \"{other}\"; use \"never\", \"destructive\" (the default), \"writes\" or \"always\""
                 ),
             );
-            ApprovalMode::default()
+            DEFAULT_APPROVAL_MODE
         }
     }
 }
@@ -1232,11 +1229,11 @@ fn parse_server(
     let call_timeout = fields.millis("timeoutMs", DEFAULT_CALL_TIMEOUT_MS);
     let startup_timeout = fields.millis("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS);
     let description = fields.string("description");
-    let tools = ToolPolicy {
+    let tools = OwnerPolicy {
         allow: fields.globs("allowTools"),
         deny: fields.globs("denyTools").unwrap_or_default(),
+        approve: fields.globs("approveTools").unwrap_or_default(),
     };
-    let approve_tools = fields.globs("approveTools").unwrap_or_default();
     let wants_http = match kind.as_deref() {
         None => url.is_some() && command.is_none(),
         Some("stdio") => false,
@@ -1332,7 +1329,6 @@ fn parse_server(
         startup_timeout,
         description,
         tools,
-        approve_tools,
     })
 }
 
@@ -1389,6 +1385,17 @@ fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, St
 mod tests {
     use super::*;
 
+    /// What `policy` says of tool `name` of server `server`: `None` when it
+    /// is not catalogued, else whether its calls need approval.
+    fn gate(policy: &ToolPolicy, server: &str, name: &str, annotations: &Value) -> Option<bool> {
+        let tool = codemode_runtime::ToolDefinition::new(ToolSource::Mcp, server, name)
+            .with_annotations(annotations.clone());
+        match policy.decide(&tool, &tool.id().unwrap()) {
+            codemode_runtime::Decision::Admitted(gate) => Some(gate.needs_approval()),
+            codemode_runtime::Decision::Refused(_) => None,
+        }
+    }
+
     fn env(name: &str) -> Option<String> {
         match name {
             "TOKEN" => Some("s3cret".into()),
@@ -1419,12 +1426,13 @@ mod tests {
                 timeout: Duration::from_millis(800),
             })
         );
-        let fs = &config.servers[0];
-        assert_eq!(fs.approve_tools, ["write_*"]);
+        assert_eq!(config.servers[0].tools.approve, ["write_*"]);
         // approveTools wins over read-only annotations; the mode decides the rest.
-        assert!(fs.needs_approval(ApprovalMode::Never, "write_file", Some(true), None));
-        assert!(!fs.needs_approval(ApprovalMode::Writes, "read_file", Some(true), None));
-        assert!(fs.needs_approval(ApprovalMode::Writes, "move_file", None, None));
+        let policy = config.tool_policy(&ToolPolicy::default());
+        let read_only = serde_json::json!({"readOnlyHint": true});
+        assert_eq!(gate(&policy, "fs", "write_file", &read_only), Some(true));
+        assert_eq!(gate(&policy, "fs", "read_file", &read_only), Some(false));
+        assert_eq!(gate(&policy, "fs", "move_file", &Value::Null), Some(true));
 
         let (config, _) =
             parse(r#"{ hooks: { beforeToolCall: { url: "http://127.0.0.1:9/h" } } }"#).unwrap();
@@ -1639,27 +1647,6 @@ mod tests {
     }
 
     #[test]
-    fn approval_modes_follow_the_annotations() {
-        use ApprovalMode::*;
-        // (read_only, destructive) → needs approval under each mode.
-        let cases = [
-            ((None, None), [false, false, true, true]),
-            ((Some(true), None), [false, false, false, true]),
-            ((None, Some(true)), [false, true, true, true]),
-            ((Some(true), Some(true)), [false, false, false, true]),
-            ((Some(false), Some(false)), [false, false, true, true]),
-        ];
-        for ((read_only, destructive), expected) in cases {
-            let got = [Never, Destructive, Writes, Always]
-                .map(|mode| mode.needs_approval(read_only, destructive));
-            assert_eq!(
-                got, expected,
-                "readOnly {read_only:?} destructive {destructive:?}"
-            );
-        }
-    }
-
-    #[test]
     fn bad_approvals_and_hooks_are_named() {
         let err = parse(
             r#"{
@@ -1810,14 +1797,28 @@ mod tests {
             ToolPolicy {
                 allow: Some(vec!["mcp:fs:*".into(), "lookup".into()]),
                 deny: vec!["*delete*".into()],
+                ..ToolPolicy::default()
             }
         );
-        let fs = &config.servers[0];
-        assert!(fs.tools.permits("read_file", "read_file"));
-        assert!(fs.tools.permits("list_dir", "list_dir"));
-        assert!(!fs.tools.permits("read_secrets", "read_secrets"));
-        assert!(!fs.tools.permits("write_file", "write_file"));
-        assert_eq!(config.servers[1].tools, ToolPolicy::default());
+        assert_eq!(config.servers[1].tools, OwnerPolicy::default());
+        let policy = config.tool_policy(&ToolPolicy::default());
+        let kept = |server: &str, name: &str| gate(&policy, server, name, &Value::Null).is_some();
+        assert!(kept("fs", "read_file"));
+        assert!(kept("fs", "list_dir"));
+        assert!(!kept("fs", "read_secrets"), "the server's denyTools");
+        assert!(!kept("fs", "write_file"), "not in the server's allowTools");
+        assert!(!kept("fs", "list_delete"), "the global deny");
+        assert!(!kept("open", "read_file"), "not in the global allow");
+        // The command line's allow list replaces the file's; its deny adds.
+        let policy = config.tool_policy(&ToolPolicy {
+            allow: Some(vec!["mcp:open:*".into()]),
+            deny: vec!["*drop*".into()],
+            ..ToolPolicy::default()
+        });
+        let kept = |server: &str, name: &str| gate(&policy, server, name, &Value::Null).is_some();
+        assert!(kept("open", "read_file"));
+        assert!(!kept("open", "drop_table"));
+        assert!(!kept("open", "delete_row"));
 
         let problems = parse(
             r#"{ tools: { deny: "x" }, mcpServers: { fs: { command: "fs", allowTools: ["", 3], denyTools: {} } } }"#,

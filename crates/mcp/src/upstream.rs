@@ -347,24 +347,6 @@ impl Upstream {
         &self.config.name
     }
 
-    /// Whether its `allowTools` / `denyTools` keep the tool `name`.
-    pub fn permits_tool(&self, name: &str) -> bool {
-        self.config.tools.permits(name, name)
-    }
-
-    /// Whether calls of its tool `name` need approval (`approveTools`, or
-    /// `mode` over the tool's annotations).
-    pub fn needs_approval(
-        &self,
-        mode: crate::config::ApprovalMode,
-        name: &str,
-        read_only: Option<bool>,
-        destructive: Option<bool>,
-    ) -> bool {
-        self.config
-            .needs_approval(mode, name, read_only, destructive)
-    }
-
     /// The config's `description` of the server, if any.
     pub fn description(&self) -> Option<&str> {
         self.config.description.as_deref()

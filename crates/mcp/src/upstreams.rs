@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::config::{ApprovalMode, McpServerConfig};
+use crate::config::McpServerConfig;
 use crate::upstream::Upstream;
 
 /// Longest server description (its `instructions`) kept for the model.
@@ -26,7 +26,6 @@ pub struct Upstreams {
     version: Arc<tokio::sync::watch::Sender<u64>>,
     cached: Mutex<Option<(u64, Arc<Catalog>)>>,
     policy: ToolPolicy,
-    approvals: ApprovalMode,
     shutdown: CancellationToken,
     /// The gateway's client sessions, for requests servers relay to them.
     clients: Arc<crate::relay::ClientDirectory>,
@@ -34,12 +33,9 @@ pub struct Upstreams {
 
 impl Upstreams {
     /// Starts connecting to every server in the background.
-    /// `approvals` marks which tools' calls need a human's approval.
-    pub fn start(
-        configs: Vec<McpServerConfig>,
-        policy: ToolPolicy,
-        approvals: ApprovalMode,
-    ) -> Arc<Upstreams> {
+    /// `policy` (from [`crate::config::GatewayConfig::tool_policy`]) decides
+    /// which tools are catalogued and which calls need a human's approval.
+    pub fn start(configs: Vec<McpServerConfig>, policy: ToolPolicy) -> Arc<Upstreams> {
         // https upstreams use rustls with the ring provider; installing it
         // twice (a second gateway in one process) is harmless.
         crate::install_tls_provider();
@@ -68,7 +64,6 @@ impl Upstreams {
             version,
             cached: Mutex::new(None),
             policy,
-            approvals,
             shutdown,
             clients,
         })
@@ -146,9 +141,6 @@ impl Upstreams {
             }
             infos.push(info);
             for tool in snapshot.tools.iter() {
-                if !server.permits_tool(&tool.name) {
-                    continue;
-                }
                 let mut definition =
                     ToolDefinition::new(ToolSource::Mcp, server.name(), &tool.name)
                         .with_description(tool.description.as_deref().unwrap_or(""))
@@ -159,14 +151,11 @@ impl Upstreams {
                 if let Some(output) = &tool.output_schema {
                     definition = definition.with_output_schema(Value::Object((**output).clone()));
                 }
-                let annotations = tool.annotations.as_ref();
-                definition = definition.with_approval(server.needs_approval(
-                    self.approvals,
-                    &tool.name,
-                    annotations.and_then(|a| a.read_only_hint),
-                    annotations.and_then(|a| a.destructive_hint),
-                ));
-                if let Some(annotations) = annotations.and_then(|a| serde_json::to_value(a).ok()) {
+                if let Some(annotations) = tool
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| serde_json::to_value(a).ok())
+                {
                     definition = definition.with_annotations(annotations);
                 }
                 // A tool whose name cannot form a catalog id is left out
@@ -228,14 +217,8 @@ impl ToolExecutor for UpstreamExecutor {
                     tool.source_name
                 )));
             };
-            // The catalog never holds a tool the server's policy denies;
-            // refuse here too, whatever id reached this executor.
-            if !server.permits_tool(&tool.name) {
-                return Err(ToolCallError::new(format!(
-                    "MCP server `{}`: tool `{}` is not allowed by this gateway's policy (allowTools/denyTools)",
-                    tool.source_name, tool.name
-                )));
-            }
+            // The catalog (ToolPolicy::decide) never holds a tool the
+            // server's policy denies, and calls reach here only by entry.
             let input = match call.input {
                 Value::Object(map) => map,
                 _ => serde_json::Map::new(),

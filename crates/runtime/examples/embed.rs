@@ -67,6 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let policy = ToolPolicy {
         allow: None,
         deny: vec!["exec".into()],
+        ..ToolPolicy::default()
     };
     let context = RunContext {
         agent_id: Some("main".into()),

@@ -88,6 +88,7 @@ pub(crate) fn forged_request_catalog() -> Catalog {
         &ToolPolicy {
             allow: None,
             deny: vec!["mcp:calc:secret".into()],
+            ..ToolPolicy::default()
         },
         &[McpServerInfo::new("docs").with_resources(true)],
     )

@@ -85,8 +85,9 @@ pub use catalog::surface::{
     result_schema,
 };
 pub use catalog::{
-    CONTROL_TOOL_NAMES, Catalog, CatalogEntry, CatalogError, Excluded, ToolDefinition, ToolPolicy,
-    ToolSource, glob_matches,
+    ApprovalMode, ApprovalReason, CONTROL_TOOL_NAMES, Catalog, CatalogEntry, CatalogError,
+    Decision, Excluded, GatePolicy, OwnerPolicy, ToolDefinition, ToolPolicy, ToolSource,
+    glob_matches,
 };
 /// The run store interface and its durable backends.
 pub use codemode_store;
@@ -118,7 +119,7 @@ pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use control::{
     ApprovalDecision, ApprovalError, ApprovalFuture, ApprovalRequest, Approver, HookDecision,
     HookFuture, MAX_INPUT_SUMMARY_BYTES, PendingApproval, ToolCallEvent, ToolCallRecord, ToolHooks,
-    input_summary,
+    approval_reason, input_summary,
 };
 pub use input::{ExecInput, InputError, WaitInput};
 pub use result::{

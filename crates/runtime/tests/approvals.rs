@@ -92,6 +92,7 @@ async fn a_call_needing_approval_suspends_and_runs_once_when_approved() {
         listed[0].run_id.as_ref(),
         r["runId"].as_str().map(str::to_owned).as_ref()
     );
+    assert_eq!(listed[0].reason, "the tool's definition asks for approval");
 
     let run_id = r["runId"].as_str().unwrap();
     let call_id = pending["id"].as_str().unwrap();

@@ -153,6 +153,7 @@ async fn denied_tools_are_absent_and_cannot_be_called_by_a_guessed_id() {
     let policy = ToolPolicy {
         allow: None,
         deny: vec!["exec".into(), "plugin:files:read".into()],
+        ..ToolPolicy::default()
     };
     let s = session_in(
         shared(),

@@ -148,6 +148,7 @@ impl Gateway {
     /// [`GatewayError::Disabled`] when the config turns code mode off;
     /// [`GatewayError::Runtime`] when the sandbox cannot start.
     pub fn start(config: GatewayConfig, options: GatewayOptions) -> Result<Gateway, GatewayError> {
+        let policy = config.tool_policy(&options.policy);
         let mut code_mode = config.code_mode;
         if !config.code_mode_given {
             code_mode.enabled = true;
@@ -164,12 +165,7 @@ impl Gateway {
         info!(store = %crate::run_store::describe(&store), "run store");
         runtime_options.durable_store = store;
         let runtime = CodeModeRuntime::with_options(code_mode, runtime_options)?;
-        let mut policy = config.policy;
-        policy.deny.extend(options.policy.deny);
-        if options.policy.allow.is_some() {
-            policy.allow = options.policy.allow;
-        }
-        let upstreams = Upstreams::start(config.servers, policy, config.approvals);
+        let upstreams = Upstreams::start(config.servers, policy);
         let hook = config
             .before_tool_call
             .map(|hook| Arc::new(ConfiguredHook::new(hook)));

@@ -7,6 +7,7 @@
 //! so a guest cannot reach an entry that this module left out.
 
 pub(crate) mod declarations;
+pub mod gate;
 pub(crate) mod guest_api;
 pub(crate) mod mcp;
 pub mod namespaces;
@@ -21,6 +22,7 @@ use serde_json::Value;
 use crate::catalog::declarations::ApiFiles;
 use crate::catalog::mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView};
 use crate::catalog::tool::levenshtein;
+pub use gate::*;
 pub use tool::*;
 
 /// The hidden catalog of one run. Build it with [`Catalog::build`]; share
@@ -109,13 +111,13 @@ impl Catalog {
                 });
                 continue;
             }
-            if !policy.permits(&tool.name, &id) {
-                excluded.push(Excluded {
-                    tool: id,
-                    reason: "denied by policy",
-                });
-                continue;
-            }
+            let gate = match policy.decide(&tool, &id) {
+                Decision::Admitted(gate) => gate,
+                Decision::Refused(reason) => {
+                    excluded.push(Excluded { tool: id, reason });
+                    continue;
+                }
+            };
             if seen.insert(id.clone(), ()).is_some() {
                 excluded.push(Excluded {
                     tool: id,
@@ -132,7 +134,7 @@ impl Catalog {
                 source: tool.source,
                 source_name,
                 parameters: tool.parameters,
-                needs_approval: tool.needs_approval,
+                gate,
                 annotations: tool.annotations,
                 output_schema: tool.output_schema,
             });
@@ -547,6 +549,7 @@ mod tests {
         let policy = ToolPolicy {
             allow: Some(vec!["mcp:fs:*".into(), "lookup".into()]),
             deny: vec!["*write*".into()],
+            ..ToolPolicy::default()
         };
         assert!(policy.permits("read", "mcp:fs:read"));
         assert!(!policy.permits("write", "mcp:fs:write"));
@@ -559,6 +562,7 @@ mod tests {
         let policy = ToolPolicy {
             allow: None,
             deny: vec!["exec".into(), "plugin:files:read".into()],
+            ..ToolPolicy::default()
         };
         let c = Catalog::build(
             vec![

@@ -1,7 +1,6 @@
 //! One tool as code mode knows it: where it comes from
 //! ([`ToolSource`]), its definition as the host hands it in
-//! ([`ToolDefinition`]), its catalog entry ([`CatalogEntry`]) and the policy
-//! that admits it ([`ToolPolicy`]). Data only, below the catalog and the
+//! ([`ToolDefinition`]) and its catalog entry ([`CatalogEntry`]). Data only, below the catalog and the
 //! MCP namespace that both index entries.
 
 use serde::{Deserialize, Serialize};
@@ -250,36 +249,6 @@ pub enum CatalogError {
     },
 }
 
-/// Allow and deny policy, applied before cataloguing. A pattern is a glob
-/// (`*` any run of characters, `?` one character, nothing else special)
-/// that matches a tool's name or its full id; deny wins over allow.
-/// A denied tool is absent from the catalog, so nothing can call it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ToolPolicy {
-    /// When set, only these tools are kept.
-    pub allow: Option<Vec<String>>,
-    /// These tools are removed.
-    pub deny: Vec<String>,
-}
-
-impl ToolPolicy {
-    /// Whether a tool with this name and id is kept.
-    pub fn permits(&self, name: &str, id: &str) -> bool {
-        let hit = |p: &String| glob_matches(p, name) || glob_matches(p, id);
-        if self.deny.iter().any(hit) {
-            return false;
-        }
-        self.allow
-            .as_ref()
-            .is_none_or(|allow| allow.iter().any(hit))
-    }
-}
-
-/// Whether `text` matches the glob `pattern` (`*` and `?` only).
-pub fn glob_matches(pattern: &str, text: &str) -> bool {
-    wildmatch::WildMatch::new(pattern).matches(text)
-}
-
 /// A catalogued tool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -300,9 +269,10 @@ pub struct CatalogEntry {
     /// Its input schema (served by `tools.describe`, never in `ALL_TOOLS`).
     #[serde(skip)]
     pub parameters: Value,
-    /// Calls need a human's approval before they start.
+    /// What its calls go through: whether they need a human's approval,
+    /// and why ([`crate::ToolPolicy::decide`]).
     #[serde(skip)]
-    pub needs_approval: bool,
+    pub gate: crate::catalog::gate::GatePolicy,
     /// The tool's annotations, for whoever approves (never shown to guests).
     #[serde(skip)]
     pub annotations: Value,

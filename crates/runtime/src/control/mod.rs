@@ -161,6 +161,8 @@ pub struct PendingApproval {
     pub call_id: String,
     /// The tool's catalog id.
     pub tool_id: String,
+    /// Why the call needs approval ([`crate::ApprovalReason::describe`]).
+    pub reason: String,
     /// The input, redacted and bounded.
     pub input_summary: String,
     /// Who and where the run is.
@@ -278,6 +280,7 @@ struct Pending {
     run: RunTag,
     call_id: String,
     tool_id: String,
+    reason: String,
     summary: String,
     context: Arc<RunContext>,
     decide: tokio::sync::oneshot::Sender<ApprovalDecision>,
@@ -348,6 +351,7 @@ impl ApprovalRegistry {
                 run_id: p.run.get().cloned(),
                 call_id: p.call_id.clone(),
                 tool_id: p.tool_id.clone(),
+                reason: p.reason.clone(),
                 input_summary: p.summary.clone(),
                 context: RunContext::clone(&p.context),
             })
@@ -554,6 +558,14 @@ pub(crate) fn hooked_request(
     })
 }
 
+/// Why `tool`'s calls need approval, in one line.
+pub fn approval_reason(tool: &CatalogEntry) -> String {
+    tool.gate.approval.as_ref().map_or_else(
+        || "the run's hooks hold it".into(),
+        crate::catalog::gate::ApprovalReason::describe,
+    )
+}
+
 /// Holds the call until it is decided; `Err` when denied.
 async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCallError> {
     let summary = input_summary(&call.input);
@@ -565,6 +577,7 @@ async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCa
         run: Arc::clone(&approval.run),
         call_id: call.call_id.clone(),
         tool_id: call.tool.id.clone(),
+        reason: approval_reason(&call.tool),
         summary: summary.clone(),
         context: Arc::clone(&call.context),
         decide,
@@ -758,6 +771,7 @@ mod tests {
             run: Arc::clone(&run),
             call_id: "exec_1.1".into(),
             tool_id: "client:x:y".into(),
+            reason: "the tool's definition asks for approval".into(),
             summary: "{}".into(),
             context: Arc::new(RunContext::default()),
             decide,

@@ -321,7 +321,7 @@ fn start_tool_call(
     input: Value,
 ) -> Option<Settlement> {
     let key = (entry.id.clone(), "call");
-    let gated = state.hooks.is_some() || entry.needs_approval;
+    let gated = state.hooks.is_some() || entry.gate.needs_approval();
     let gate_state = gated.then(GateState::new);
     let gate = gate_state.clone();
     start_call(
@@ -355,7 +355,7 @@ fn start_tool_call(
                     crate::catalog::mcp::prepare_input(|| label.clone(), &schema, input)
                 }) as Recheck
             });
-            let approval = entry.needs_approval.then(|| GateApproval {
+            let approval = entry.gate.needs_approval().then(|| GateApproval {
                 approver: state.approver.clone(),
                 registry: Arc::clone(&ctx.host.approvals),
                 scope: state.scope.clone(),
