@@ -27,7 +27,7 @@
 //! - `emit(kind, ptr, len)`: appends an output item (0 text, 1 JSON text). The
 //!   host may trap here (output limit): the guest cannot catch that.
 //!
-//! Status codes: see the `STATUS_*` constants.
+//! Status codes: see the `STATUS_*` constants (from `codemode-abi`).
 
 use std::cell::RefCell;
 
@@ -38,20 +38,11 @@ use rquickjs::allocator::{Allocator, RustAllocator};
 use rquickjs::context::EvalOptions;
 use rquickjs::{Context, Ctx, Function, Object, Persistent, Runtime, Value};
 
-/// Bumped whenever an export, import or status code changes meaning.
-pub const ABI_VERSION: i32 = 2;
-
-/// The cell finished; the payload is the JSON text of its value.
-pub const STATUS_COMPLETED: i32 = 0;
-/// The cell threw; the payload is JSON `{name, message, line?, column?}`.
-pub const STATUS_FAILED: i32 = 1;
-/// The cell waits on host requests; no payload.
-pub const STATUS_PENDING: i32 = 2;
-/// The ABI was misused (bad UTF-8, call before init, ...); payload is text.
-pub const STATUS_ABI_ERROR: i32 = 3;
-/// Like [`STATUS_FAILED`], but an allocation was refused by the heap limit
-/// during this call: the failure is (most likely) the memory limit's doing.
-pub const STATUS_OUT_OF_MEMORY: i32 = 4;
+/// The ABI's constants have one owner, shared with the host: `codemode-abi`.
+pub use codemode_abi::{
+    ABI_VERSION, STATUS_ABI_ERROR, STATUS_COMPLETED, STATUS_FAILED, STATUS_OUT_OF_MEMORY,
+    STATUS_PENDING,
+};
 
 #[link(wasm_import_module = "codemode")]
 unsafe extern "C" {
@@ -376,7 +367,7 @@ struct JsonWriter<'js> {
 }
 
 /// Objects nested deeper than this go to the adapter (which refuses them).
-const MAX_FAST_DEPTH: usize = 100;
+const MAX_FAST_DEPTH: usize = codemode_abi::MAX_JSON_DEPTH;
 
 impl<'js> JsonWriter<'js> {
     fn value(&mut self, value: &Value<'js>) -> rquickjs::Result<Written> {
@@ -662,9 +653,9 @@ pub unsafe extern "C" fn cm_run(
         // scope: no redeclaration errors across cells, `return` and top-level
         // `await` just work.
         let mut source = String::with_capacity(code.len() + 32);
-        source.push_str("(async function () {");
+        source.push_str(codemode_abi::CELL_PREFIX);
         source.push_str(&code);
-        source.push_str("\n})");
+        source.push_str(codemode_abi::CELL_SUFFIX);
         let mut options = EvalOptions::default();
         options.global = true;
         options.strict = false;

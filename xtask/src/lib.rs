@@ -23,15 +23,21 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// SHA-256 over the guest's inputs: its manifest, every file under
-/// `guest/src`, the guest build profile and the locked versions of the
+/// SHA-256 over the guest's inputs: its manifest and every file under
+/// `guest/src`, the same of `crates/abi` (the constants it shares with the
+/// host), the guest build profile and the locked versions of the
 /// QuickJS crates. Line endings are normalised so checkouts agree.
 ///
 /// # Errors
 /// Fails when a source file cannot be read.
 pub fn guest_source_hash(root: &Path) -> std::io::Result<String> {
-    let mut files = vec![root.join("guest/Cargo.toml")];
+    // The guest and the one crate of constants it shares with the host.
+    let mut files = vec![
+        root.join("guest/Cargo.toml"),
+        root.join("crates/abi/Cargo.toml"),
+    ];
     collect_files(&root.join("guest/src"), &mut files)?;
+    collect_files(&root.join("crates/abi/src"), &mut files)?;
     files.sort();
     let mut hasher = Sha256::new();
     for file in &files {

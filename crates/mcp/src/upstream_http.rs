@@ -134,27 +134,8 @@ impl StreamableHttpClient for TraceHeaders {
             .await
     }
 
-    async fn post_message_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> Result<StreamableHttpPostResponse, Error> {
-        let headers = with_trace_headers(&message, custom_headers);
-        self.0
-            .post_message_with_max_sse_event_size(
-                uri,
-                message,
-                session_id,
-                auth_header,
-                headers,
-                max_sse_event_size,
-            )
-            .await
-    }
+    // `post_message_with_max_sse_event_size` keeps its default: the
+    // transport sends through `post_message_with_response_limits` only.
 
     async fn post_message_with_response_limits(
         &self,

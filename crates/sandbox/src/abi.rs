@@ -1,25 +1,18 @@
 //! The guest ABI as the host sees it: names, status codes and the checks a
-//! module must pass before the host runs it. Mirrors `guest/src/lib.rs`.
+//! module must pass before the host runs it. The constants are
+//! `codemode-abi`'s, shared with the guest.
 
 use wasmtime::{ExternType, Module, ValType};
 
 use crate::SandboxError;
 
-/// The ABI version this host speaks (`cm_abi_version()` must return it).
-pub(crate) const ABI_VERSION: i32 = 2;
-
-pub(crate) const STATUS_COMPLETED: i32 = 0;
-pub(crate) const STATUS_FAILED: i32 = 1;
-pub(crate) const STATUS_PENDING: i32 = 2;
-pub(crate) const STATUS_OUT_OF_MEMORY: i32 = 4;
-
-pub(crate) const EMIT_JSON: i32 = 1;
+pub(crate) use codemode_abi::{
+    ABI_VERSION, CELL_PREFIX_COLUMNS, EMIT_JSON, STATUS_COMPLETED, STATUS_FAILED,
+    STATUS_OUT_OF_MEMORY, STATUS_PENDING,
+};
 
 /// Funcref tables never need to grow past this (QuickJS uses none at all).
 pub(crate) const MAX_TABLE_ELEMENTS: usize = 100_000;
-
-/// Columns the guest's cell wrapper `(async function () {` adds to line 1.
-pub(crate) const CELL_PREFIX_COLUMNS: u32 = 20;
 
 /// The mutable global that holds the shadow stack pointer.
 pub(crate) const STACK_POINTER: &str = "__stack_pointer";

@@ -12,9 +12,9 @@
 use std::borrow::Cow;
 
 /// The deepest nesting of arrays and objects a value leaving the guest may
-/// have. The prelude's adapter and the guest's fast encoder use the same
-/// number (a test pins them together).
-pub const MAX_JSON_DEPTH: usize = 100;
+/// have. The guest's fast encoder takes the same constant from
+/// `codemode-abi`; the prelude's adapter repeats it (a test pins it).
+pub const MAX_JSON_DEPTH: usize = codemode_abi::MAX_JSON_DEPTH;
 
 /// Why the guest's JSON text was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

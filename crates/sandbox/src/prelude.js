@@ -44,8 +44,9 @@
   const request = natives.request;
   const emit = natives.emit;
   const fastJson = natives.fastJson;
-  // The host's MAX_JSON_DEPTH and the guest's MAX_FAST_DEPTH: one limit for
-  // every value that leaves the VM (a test pins the three together).
+  // codemode_abi::MAX_JSON_DEPTH, which the host's parser and the guest's
+  // fast encoder use: one limit for every value that leaves the VM (a test
+  // in prelude.rs pins this line to it).
   const MAX_DEPTH = 100;
   // Lone UTF-16 surrogates (an emoji cut in half) have no UTF-8 form: text
   // leaving the VM carries U+FFFD in their place, as the host does for JSON.

@@ -103,4 +103,15 @@ mod globals_tests {
         listed.sort_unstable();
         assert_eq!(defined, listed);
     }
+
+    /// The adapter refuses values nested deeper than the host parses and
+    /// the guest's fast encoder writes: one limit, `codemode_abi`'s.
+    #[test]
+    fn the_adapter_depth_is_the_abi_depth() {
+        let line = format!("const MAX_DEPTH = {};", codemode_abi::MAX_JSON_DEPTH);
+        assert!(
+            ENGINE_PRELUDE.contains(&line),
+            "prelude.js must say `{line}`"
+        );
+    }
 }

@@ -15,10 +15,9 @@ use oxc_span::{GetSpan, SourceType};
 
 use crate::line_column;
 
-/// The engine's wrapper around a cell (see the guest's `cm_run`).
-pub const CELL_PREFIX: &str = "(async function () {";
-/// What the engine appends after a cell.
-pub const CELL_SUFFIX: &str = "\n})";
+/// The engine's wrapper around a cell (the guest's `cm_run` uses the same
+/// constants).
+pub use codemode_abi::{CELL_PREFIX, CELL_SUFFIX};
 
 /// A cell that is not one function body: a syntax error, or text that
 /// closes the function it runs in.

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::catalog::tool::{CatalogEntry, ToolSource};
+use crate::catalog::entry::CatalogEntry;
+use crate::catalog::tool::ToolSource;
 
 /// What the runtime knows of one MCP server beyond its tools: its
 /// instructions and whether it offers resources and prompts.

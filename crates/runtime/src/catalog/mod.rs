@@ -7,6 +7,7 @@
 //! so a guest cannot reach an entry that this module left out.
 
 pub(crate) mod declarations;
+pub mod entry;
 pub mod gate;
 pub(crate) mod guest_api;
 pub(crate) mod mcp;
@@ -22,6 +23,7 @@ use serde_json::Value;
 use crate::catalog::declarations::ApiFiles;
 use crate::catalog::mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView};
 use crate::catalog::tool::levenshtein;
+pub use entry::CatalogEntry;
 pub use gate::*;
 pub use tool::*;
 

@@ -20,7 +20,7 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::catalog::tool::CatalogEntry;
+use crate::catalog::entry::CatalogEntry;
 use crate::executor::live::Msg;
 use crate::executor::{
     McpServerCall, NestedCall, RunContext, Scope, ToolCallError, ToolExecutor, ToolFuture,

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::catalog::entry::CatalogEntry;
 use crate::catalog::mcp::McpMethod;
-use crate::catalog::tool::CatalogEntry;
 
 /// Who and where a run is: carried into every nested call, and the scope
 /// that suspended runs are bound to (a `wait` from another agent, session
