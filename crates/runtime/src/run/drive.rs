@@ -64,18 +64,7 @@ async fn run_exec(
     let prepared = prepare(&input, &namespace_globals)
         .and_then(|prepared| prepared.check_names(&env.catalog).map(|()| prepared))
         .map_err(refused)?;
-    let permit = env
-        .host
-        .slots
-        .acquire(&env.scope.vm_slots)
-        .await
-        .map_err(|e| {
-            CodeModeResult::failure(
-                ErrorCode::RuntimeUnavailable,
-                e.to_string(),
-                Telemetry::default(),
-            )
-        })?;
+    let permit = vm_slot(env, "").await?;
     let mut state = env.new_run(call_id, input.language);
     state.source_map = prepared.source_map.clone();
     let context = guest_context(env, &prepared, &mut state).map_err(|e| *e)?;
@@ -232,19 +221,9 @@ async fn run_wait(
     run_id: &str,
     started: Instant,
 ) -> Result<CodeModeResult, (CodeModeResult, Vec<SnapshotEvent>)> {
-    let permit = env
-        .host
-        .slots
-        .acquire(&env.scope.vm_slots)
+    let permit = vm_slot(env, "; the run keeps waiting, call wait again")
         .await
-        .map_err(|e| {
-            let failed = CodeModeResult::failure(
-                ErrorCode::RuntimeUnavailable,
-                format!("{e}; the run keeps waiting, call wait again"),
-                Telemetry::default(),
-            );
-            (failed, Vec::new())
-        })?;
+        .map_err(|failed| (failed, Vec::new()))?;
     let ctx = DriveCtx::starting_now(env);
     let taken = off_executor(|| crate::run::resume::take_for_wait(env, &ctx, run_id))
         .map_err(|e| store_refusal(&e, run_id))?;
@@ -254,6 +233,22 @@ async fn run_wait(
     let result = blocking(work, started).await;
     drop(permit);
     Ok(result)
+}
+
+/// A VM slot of the run's scope, or `runtime_unavailable` (its message
+/// followed by `advice`) when none frees in time.
+async fn vm_slot(env: &RunEnv, advice: &str) -> Result<crate::slots::VmPermit, CodeModeResult> {
+    env.host
+        .slots
+        .acquire(&env.scope.vm_slots)
+        .await
+        .map_err(|e| {
+            CodeModeResult::failure(
+                ErrorCode::RuntimeUnavailable,
+                format!("{e}{advice}"),
+                Telemetry::default(),
+            )
+        })
 }
 
 /// Why the store would not hand a run over, as the wait's result.
