@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use codemode_runtime::config_reader::{Section, Strictness, integer_in};
 use codemode_runtime::{
     NestedCall, ToolCallError, ToolDefinition, ToolExecutor, ToolFuture, ToolSource,
 };
@@ -40,19 +41,45 @@ pub struct ToolsFile {
     scripts: HashMap<String, Scripted>,
 }
 
-const FIELDS: [&str; 11] = [
-    "source",
-    "owner",
-    "name",
-    "label",
-    "description",
-    "parameters",
-    "result",
-    "echoInput",
-    "error",
-    "delayMs",
-    "needsApproval",
-];
+/// The file's one top-level key; unknown keys are errors (a misspelt
+/// `needsApproval` would let a tool run unasked).
+const ROOT: Section = Section {
+    keys: &["tools"],
+    strictness: Strictness::Guarded,
+};
+
+/// The keys of one tool entry.
+const ENTRY: Section = Section {
+    keys: &[
+        "source",
+        "owner",
+        "name",
+        "label",
+        "description",
+        "parameters",
+        "result",
+        "echoInput",
+        "error",
+        "delayMs",
+        "needsApproval",
+    ],
+    strictness: Strictness::Guarded,
+};
+
+/// The first problem `section` finds in `object` at `path`, as the file's
+/// error.
+fn check_keys(
+    section: Section,
+    path: &str,
+    object: &serde_json::Map<String, Value>,
+) -> Result<(), String> {
+    let mut errors = Vec::new();
+    section.check(path, object, &mut errors, &mut Vec::new());
+    match errors.first() {
+        Some(e) => Err(e.to_string()),
+        None => Ok(()),
+    }
+}
 
 impl ToolsFile {
     /// Parses the JSON5 text of a tools file.
@@ -64,11 +91,7 @@ impl ToolsFile {
         let Some(root) = root.as_object() else {
             return Err("the file must hold an object like { tools: [...] }".into());
         };
-        if let Some(key) = root.keys().find(|k| k.as_str() != "tools") {
-            return Err(format!(
-                "unknown top-level field `{key}`; the file holds only `tools`"
-            ));
-        }
+        check_keys(ROOT, "", root)?;
         let Some(Value::Array(entries)) = root.get("tools") else {
             return Err("`tools` must be an array of tool entries".into());
         };
@@ -107,12 +130,7 @@ fn parse_entry(i: usize, entry: &Value) -> Result<(ToolDefinition, Scripted), St
         Some(name) => format!("tools[{i}] (`{name}`)"),
         None => format!("tools[{i}]"),
     };
-    if let Some(key) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(format!(
-            "{label}: unknown field `{key}`; known fields are {}",
-            FIELDS.join(", ")
-        ));
-    }
+    check_keys(ENTRY, &format!("tools[{i}]"), map).map_err(|e| format!("{label}: {e}"))?;
     let string = |field: &str, required: bool| -> Result<Option<String>, String> {
         match map.get(field) {
             None | Some(Value::Null) if !required => Ok(None),
@@ -161,14 +179,15 @@ fn parse_entry(i: usize, entry: &Value) -> Result<(ToolDefinition, Scripted), St
     };
     let delay = match map.get("delayMs") {
         None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64().filter(|&ms| ms <= 3_600_000) {
-            Some(ms) => Some(Duration::from_millis(ms)),
-            None => {
-                return Err(format!(
-                    "{label}: field `delayMs` must be an integer from 0 to 3600000 (milliseconds)"
-                ));
-            }
-        },
+        Some(v) => Some(Duration::from_millis(
+            integer_in(
+                &format!("tools[{i}].delayMs"),
+                v,
+                0..=3_600_000,
+                "milliseconds",
+            )
+            .map_err(|e| format!("{label}: {e}"))?,
+        )),
     };
     let needs_approval = match map.get("needsApproval") {
         None | Some(Value::Null) => false,
@@ -285,11 +304,11 @@ mod tests {
             ),
             (
                 r#"{ tools: [{ source: "plugin", owner: "p", name: "a", result: 1, delayMs: -1 }] }"#,
-                "field `delayMs` must be an integer",
+                "tools[0].delayMs: expected milliseconds from 0 to 3600000",
             ),
             (
                 r#"{ tools: [{ source: "plugin", owner: "p", name: "a", result: 1, color: 1 }] }"#,
-                "unknown field `color`",
+                "tools[0].color: unknown field; this section takes only source, owner",
             ),
             (
                 r#"{ tools: [{ source: "plugin", name: "a", result: 1 }] }"#,
@@ -307,7 +326,14 @@ mod tests {
                 r#"{ tools: [{ source: "plugin", owner: "p", name: "a", result: 1 }, { source: "plugin", owner: "p", name: "a", result: 2 }] }"#,
                 "tools[1]: a tool with id `plugin:p:a` is already defined",
             ),
-            (r#"{ tool: [] }"#, "unknown top-level field `tool`"),
+            (
+                r#"{ tool: [] }"#,
+                "invalid config at tool: unknown field; did you mean `tools`?",
+            ),
+            (
+                r#"{ tools: [{ source: "plugin", owner: "p", name: "a", result: 1, needApproval: true }] }"#,
+                "tools[0].needApproval: unknown field; did you mean `needsApproval`?",
+            ),
             (r#"[1]"#, "must hold an object"),
             (r#"{ tools: "#, "not valid JSON5"),
         ];

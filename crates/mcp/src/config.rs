@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ pub use codemode_runtime::ApprovalMode;
 
 /// `approvals.mode` when the file does not say.
 pub const DEFAULT_APPROVAL_MODE: ApprovalMode = ApprovalMode::Destructive;
+use codemode_runtime::config_reader::{Section, Strictness, integer_in, join};
 use serde_json::{Map, Value};
 
 /// A value that must not be shown: `Debug` and `Display` print `<redacted>`.
@@ -343,6 +345,50 @@ fn render_problems(errors: &[ConfigError]) -> String {
         .join("\n")
 }
 
+/// The keys of each section, declared once; the reader reports the rest
+/// (in sections that guard access, as errors).
+const fn section(keys: &'static [&'static str], strictness: Strictness) -> Section {
+    Section { keys, strictness }
+}
+const ROOT: Section = section(
+    &[
+        "tools",
+        "mcpServers",
+        "approvals",
+        "hooks",
+        "auth",
+        "results",
+        "store",
+    ],
+    Strictness::Ordinary,
+);
+// `tools` also holds the agent runtime's other settings in reference configs.
+const TOOLS: Section = section(&["codeMode", "allow", "deny"], Strictness::Ordinary);
+const RESULTS: Section = section(&["form", "handleBytes"], Strictness::Ordinary);
+const APPROVALS: Section = section(&["mode"], Strictness::Guarded);
+const AUTH: Section = section(
+    &[
+        "bearerTokens",
+        "maxConcurrentExecs",
+        "maxSuspendedRuns",
+        "oauth",
+    ],
+    Strictness::Guarded,
+);
+const BEARER_TOKEN: Section = section(&["name", "token"], Strictness::Guarded);
+const OAUTH: Section = section(&["issuer", "resource", "jwksUri"], Strictness::Guarded);
+// An upstream's grant: a typo there fails the login loudly anyway.
+const CLIENT_CREDENTIALS: Section = section(
+    &["clientId", "clientSecret", "scopes"],
+    Strictness::Ordinary,
+);
+const AUTHORIZATION_CODE: Section = section(
+    &["clientId", "clientSecret", "scopes", "redirectPort"],
+    Strictness::Ordinary,
+);
+const HOOKS: Section = section(&["beforeToolCall"], Strictness::Guarded);
+const HOOK: Section = section(&["command", "url", "timeoutMs"], Strictness::Guarded);
+
 const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
 const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
 const MAX_TIMEOUT_MS: u64 = 3_600_000;
@@ -391,18 +437,13 @@ pub fn parse_config(
                     };
                     policy.allow = fields.globs("allow");
                     policy.deny = fields.globs("deny").unwrap_or_default();
-                    for (key, value) in tools {
-                        match key.as_str() {
-                            "codeMode" => {
-                                code_mode_given = true;
-                                let (config, d, e) = CodeModeConfig::check_value(value);
-                                code_mode = config;
-                                diagnostics.extend(d);
-                                errors.extend(e);
-                            }
-                            "allow" | "deny" => {}
-                            _ => diagnostics.push(unknown(&format!("tools.{key}"))),
-                        }
+                    TOOLS.check("tools", tools, fields.errors, &mut diagnostics);
+                    if let Some(value) = tools.get("codeMode") {
+                        code_mode_given = true;
+                        let (config, d, e) = CodeModeConfig::check_value(value);
+                        code_mode = config;
+                        diagnostics.extend(d);
+                        errors.extend(e);
                     }
                 }
                 _ => errors.push(error("tools", "expected an object")),
@@ -427,9 +468,10 @@ pub fn parse_config(
                     "expected a string: \"memory\", \"file:PATH\" or \"redis://HOST:PORT/DB\"",
                 )),
             },
-            other => diagnostics.push(unknown(other)),
+            _ => {}
         }
     }
+    ROOT.check("", object, &mut errors, &mut diagnostics);
     let mut servers = Vec::new();
     match object.get("mcpServers") {
         None => {}
@@ -481,11 +523,7 @@ fn parse_results(
         ));
         return (ResultForm::default(), None);
     };
-    for key in object.keys() {
-        if key != "form" && key != "handleBytes" {
-            diagnostics.push(unknown(&join("results", key)));
-        }
-    }
+    RESULTS.check("results", object, errors, diagnostics);
     let form = match object.get("form") {
         None => ResultForm::default(),
         Some(Value::String(form)) => match form.as_str() {
@@ -515,18 +553,23 @@ fn parse_results(
     const MAX_HANDLE: u64 = 4 << 20;
     let handle_bytes = match object.get("handleBytes") {
         None => None,
-        Some(value) => match value.as_u64() {
-            Some(n) if (MIN_HANDLE..=MAX_HANDLE).contains(&n) => usize::try_from(n).ok(),
-            _ => {
-                errors.push(error(
-                    "results.handleBytes",
-                    &format!(
-                        "expected an integer from {MIN_HANDLE} to {MAX_HANDLE} (results larger than this reach cells as handles; the bridge carries at most {MAX_HANDLE} bytes as a value)"
-                    ),
-                ));
-                None
+        Some(value) => {
+            match integer_in(
+                "results.handleBytes",
+                value,
+                MIN_HANDLE..=MAX_HANDLE,
+                "an integer",
+            ) {
+                Ok(n) => usize::try_from(n).ok(),
+                Err(mut e) => {
+                    e.message.push_str(&format!(
+                        " (results larger than this reach cells as handles; the bridge carries at most {MAX_HANDLE} bytes as a value)"
+                    ));
+                    errors.push(e);
+                    None
+                }
             }
-        },
+        }
     };
     (form, handle_bytes)
 }
@@ -544,9 +587,7 @@ fn parse_approvals(
         ));
         return DEFAULT_APPROVAL_MODE;
     };
-    for key in object.keys().filter(|k| k.as_str() != "mode") {
-        diagnostics.push(unknown(&join("approvals", key)));
-    }
+    APPROVALS.check("approvals", object, errors, diagnostics);
     let mut fields = Fields {
         path: "approvals",
         object,
@@ -589,28 +630,14 @@ fn parse_auth(
         ));
         return None;
     };
-    for key in object.keys() {
-        if ![
-            "bearerTokens",
-            "maxConcurrentExecs",
-            "maxSuspendedRuns",
-            "oauth",
-        ]
-        .contains(&key.as_str())
-        {
-            diagnostics.push(unknown(&join("auth", key)));
-        }
-    }
+    AUTH.check("auth", object, errors, diagnostics);
     let before = errors.len();
     let mut count = |key: &str, default: usize, max: u64| match object.get(key) {
         None => default,
-        Some(value) => match value.as_u64() {
-            Some(n) if (1..=max).contains(&n) => n as usize,
-            _ => {
-                errors.push(error(
-                    &join("auth", key),
-                    &format!("expected an integer from 1 to {max}"),
-                ));
+        Some(value) => match integer_in(&join("auth", key), value, 1..=max, "an integer") {
+            Ok(n) => usize::try_from(n).unwrap_or(default),
+            Err(e) => {
+                errors.push(e);
                 default
             }
         },
@@ -644,12 +671,7 @@ fn parse_auth(
         let (name, raw) = match item {
             Value::String(token) => (format!("token-{}", i + 1), token.clone()),
             Value::Object(entry) => {
-                for key in entry
-                    .keys()
-                    .filter(|k| !["name", "token"].contains(&k.as_str()))
-                {
-                    diagnostics.push(unknown(&join(&path, key)));
-                }
+                BEARER_TOKEN.check(&path, entry, errors, diagnostics);
                 match (entry.get("name"), entry.get("token")) {
                     (Some(Value::String(name)), Some(Value::String(token)))
                         if !name.trim().is_empty() && name.len() <= 128 =>
@@ -746,11 +768,7 @@ fn parse_upstream_oauth(
     let scopes = fields.strings("scopes");
     let oauth = match grant {
         "clientCredentials" => {
-            for key in fields_object.keys() {
-                if !matches!(key.as_str(), "clientId" | "clientSecret" | "scopes") {
-                    diagnostics.push(unknown(&join(&grant_path, key)));
-                }
-            }
+            CLIENT_CREDENTIALS.check(&grant_path, fields_object, fields.errors, diagnostics);
             if client_id.is_none() {
                 fields.fail(
                     "clientId",
@@ -770,28 +788,10 @@ fn parse_upstream_oauth(
             }
         }
         "authorizationCode" => {
-            for key in fields_object.keys() {
-                if !matches!(
-                    key.as_str(),
-                    "clientId" | "clientSecret" | "scopes" | "redirectPort"
-                ) {
-                    diagnostics.push(unknown(&join(&grant_path, key)));
-                }
-            }
-            let redirect_port = match fields_object.get("redirectPort") {
-                None => None,
-                Some(Value::Number(n)) => match n.as_u64().and_then(|n| u16::try_from(n).ok()) {
-                    Some(port) if port > 0 => Some(port),
-                    _ => {
-                        fields.fail("redirectPort", "expected a port number from 1 to 65535");
-                        None
-                    }
-                },
-                Some(_) => {
-                    fields.fail("redirectPort", "expected a port number from 1 to 65535");
-                    None
-                }
-            };
+            AUTHORIZATION_CODE.check(&grant_path, fields_object, fields.errors, diagnostics);
+            let redirect_port = fields
+                .integer("redirectPort", 1..=u64::from(u16::MAX), "a port number")
+                .and_then(|port| u16::try_from(port).ok());
             if client_secret.is_some() && client_id.is_none() {
                 fields.fail(
                     "clientSecret",
@@ -845,11 +845,7 @@ fn parse_oauth(
         ));
         return None;
     };
-    for key in object.keys() {
-        if !["issuer", "resource", "jwksUri"].contains(&key.as_str()) {
-            diagnostics.push(unknown(&join(path, key)));
-        }
-    }
+    OAUTH.check(path, object, errors, diagnostics);
     let before = errors.len();
     let mut fields = Fields {
         path,
@@ -903,9 +899,7 @@ fn parse_hooks(
         ));
         return None;
     };
-    for key in object.keys().filter(|k| k.as_str() != "beforeToolCall") {
-        diagnostics.push(unknown(&join("hooks", key)));
-    }
+    HOOKS.check("hooks", object, errors, diagnostics);
     let path = "hooks.beforeToolCall";
     let hook = object.get("beforeToolCall")?;
     let Some(hook) = hook.as_object() else {
@@ -915,11 +909,7 @@ fn parse_hooks(
         ));
         return None;
     };
-    for key in hook.keys() {
-        if !["command", "url", "timeoutMs"].contains(&key.as_str()) {
-            diagnostics.push(unknown(&join(path, key)));
-        }
-    }
+    HOOK.check(path, hook, errors, diagnostics);
     let before = errors.len();
     let mut fields = Fields {
         path,
@@ -927,19 +917,11 @@ fn parse_hooks(
         env,
         errors,
     };
-    let timeout = match hook.get("timeoutMs") {
-        None => Duration::from_millis(DEFAULT_HOOK_TIMEOUT_MS),
-        Some(value) => match value.as_u64() {
-            Some(ms) if (1..=MAX_HOOK_TIMEOUT_MS).contains(&ms) => Duration::from_millis(ms),
-            _ => {
-                fields.fail(
-                    "timeoutMs",
-                    format!("expected milliseconds from 1 to {MAX_HOOK_TIMEOUT_MS}"),
-                );
-                Duration::from_millis(DEFAULT_HOOK_TIMEOUT_MS)
-            }
-        },
-    };
+    let timeout = Duration::from_millis(
+        fields
+            .integer("timeoutMs", 1..=MAX_HOOK_TIMEOUT_MS, "milliseconds")
+            .unwrap_or(DEFAULT_HOOK_TIMEOUT_MS),
+    );
     let target = match (hook.get("command"), hook.get("url")) {
         (Some(_), Some(_)) => {
             fields.fail("url", "a hook has either `command` or `url`, not both");
@@ -991,35 +973,6 @@ fn error(path: &str, message: &str) -> ConfigError {
     ConfigError {
         path: path.to_owned(),
         message: message.to_owned(),
-    }
-}
-
-fn unknown(path: &str) -> Diagnostic {
-    Diagnostic {
-        path: path.to_owned(),
-        message: "unknown field; it has no effect".into(),
-    }
-}
-
-/// A map key as a path segment (`a.b` for identifiers, `a["x y"]` otherwise).
-fn path_key(key: &str) -> String {
-    let plain = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if plain {
-        key.to_owned()
-    } else {
-        format!("[{}]", Value::String(key.to_owned()))
-    }
-}
-
-fn join(path: &str, key: &str) -> String {
-    let segment = path_key(key);
-    if segment.starts_with('[') {
-        format!("{path}{segment}")
-    } else {
-        format!("{path}.{segment}")
     }
 }
 
@@ -1146,44 +1099,48 @@ impl Fields<'_> {
         }
     }
 
+    /// A whole number in `range` (an error naming the range else);
+    /// `None` when absent or wrong.
+    fn integer(&mut self, key: &str, range: RangeInclusive<u64>, what: &str) -> Option<u64> {
+        let value = self.object.get(key)?;
+        integer_in(&join(self.path, key), value, range, what)
+            .map_err(|e| self.errors.push(e))
+            .ok()
+    }
+
     fn millis(&mut self, key: &str, default: u64) -> Duration {
-        let millis = match self.object.get(key) {
-            None => default,
-            Some(value) => match value.as_u64() {
-                Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => ms,
-                _ => {
-                    self.fail(
-                        key,
-                        format!("expected milliseconds from 1 to {MAX_TIMEOUT_MS}"),
-                    );
-                    default
-                }
-            },
-        };
-        Duration::from_millis(millis)
+        Duration::from_millis(
+            self.integer(key, 1..=MAX_TIMEOUT_MS, "milliseconds")
+                .unwrap_or(default),
+        )
     }
 }
 
 /// Longest tool-name pattern in `allowTools` / `denyTools` / `tools.allow`.
 const MAX_PATTERN_BYTES: usize = 256;
 
-const KNOWN_FIELDS: [&str; 15] = [
-    "oauth",
-    "allowTools",
-    "denyTools",
-    "approveTools",
-    "type",
-    "command",
-    "args",
-    "env",
-    "cwd",
-    "url",
-    "headers",
-    "timeoutMs",
-    "startupTimeoutMs",
-    "disabled",
-    "description",
-];
+/// An `mcpServers` entry (configs written for other clients carry keys
+/// such as `autoApprove`: they load, with a diagnostic).
+const SERVER: Section = section(
+    &[
+        "oauth",
+        "allowTools",
+        "denyTools",
+        "approveTools",
+        "type",
+        "command",
+        "args",
+        "env",
+        "cwd",
+        "url",
+        "headers",
+        "timeoutMs",
+        "startupTimeoutMs",
+        "disabled",
+        "description",
+    ],
+    Strictness::Ordinary,
+);
 
 fn parse_server(
     name: &str,
@@ -1204,11 +1161,7 @@ fn parse_server(
         ));
         return None;
     };
-    for key in object.keys() {
-        if !KNOWN_FIELDS.contains(&key.as_str()) {
-            diagnostics.push(unknown(&join(path, key)));
-        }
-    }
+    SERVER.check(path, object, errors, diagnostics);
     let mut fields = Fields {
         path,
         object,
@@ -1769,6 +1722,54 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("MISSING is not set"), "{err}");
+    }
+
+    #[test]
+    fn misspelt_keys_in_sections_that_guard_access_are_errors() {
+        let err = parse(
+            r#"{ approvals: { mod: "always" }, hooks: { beforeToolcall: { url: "http://127.0.0.1:9/h" } },
+                 auth: { bearerToken: ["${TOKEN}"] } }"#,
+        )
+        .unwrap_err();
+        let found: Vec<(&str, &str)> = err
+            .errors
+            .iter()
+            .map(|e| (e.path.as_str(), e.message.as_str()))
+            .collect();
+        assert!(
+            found.contains(&("approvals.mod", "unknown field; did you mean `mode`?")),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&(
+                "hooks.beforeToolcall",
+                "unknown field; did you mean `beforeToolCall`?"
+            )),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|(path, message)| *path == "auth.bearerToken"
+                    && message.contains("did you mean `bearerTokens`?")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn whole_numbers_read_alike_everywhere() {
+        let (config, _) = parse(
+            r#"{ mcpServers: { a: { command: "x", timeoutMs: 2e3 } }, results: { handleBytes: 4096.0 } }"#,
+        )
+        .unwrap();
+        assert_eq!(config.servers[0].call_timeout, Duration::from_millis(2000));
+        assert_eq!(config.result_handle_bytes, Some(4096));
+        let err = parse(r#"{ mcpServers: { a: { command: "x", timeoutMs: 1.5 } } }"#).unwrap_err();
+        assert_eq!(err.errors[0].path, "mcpServers.a.timeoutMs");
+        assert_eq!(
+            err.errors[0].message,
+            "expected milliseconds from 1 to 3600000"
+        );
     }
 
     #[test]

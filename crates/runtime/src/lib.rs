@@ -75,6 +75,7 @@ mod run;
 mod runtime;
 mod session;
 mod slots;
+mod suggest;
 mod trajectory;
 
 pub use catalog::namespaces;
@@ -115,6 +116,7 @@ pub use catalog::guest_api::guest_api;
 pub use catalog::mcp::{
     McpMethod, McpNamespace, McpServerInfo, McpServerView, McpToolView, js_identifier,
 };
+pub use config::reader as config_reader;
 pub use config::{CodeModeConfig, ConfigError, Diagnostic, Language};
 pub use control::{
     ApprovalDecision, ApprovalError, ApprovalFuture, ApprovalRequest, Approver, HookDecision,

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::catalog::declarations::ApiFiles;
 use crate::catalog::mcp::{McpNamespace, McpServerInfo, McpServerView, McpToolView};
-use crate::catalog::tool::levenshtein;
+use crate::suggest::levenshtein;
 pub use entry::CatalogEntry;
 pub use gate::*;
 pub use tool::*;

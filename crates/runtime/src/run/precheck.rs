@@ -534,7 +534,7 @@ pub(crate) fn nearest<'a>(asked: &str, names: impl Iterator<Item = &'a str>) -> 
             if other.len().abs_diff(folded.len()) > threshold {
                 return None;
             }
-            let d = crate::catalog::tool::levenshtein(&folded, &other);
+            let d = crate::suggest::levenshtein(&folded, &other);
             (d <= threshold).then_some((d, name))
         })
         .collect();

@@ -2,8 +2,11 @@
 //! (`docs/configuration.md`).
 //!
 //! Values of the wrong type are errors naming the field; out-of-range values
-//! are clamped and reported; unknown fields are reported, never silently
-//! ignored.
+//! are clamped and reported (the contract's exception to the reader's
+//! policy); unknown fields are reported by the one config reader
+//! ([`reader`]), never silently ignored.
+
+pub mod reader;
 
 use std::fmt;
 
@@ -397,10 +400,12 @@ fn check_layers(
                         *config.field_mut(name) = clamped;
                     })
                 } else {
-                    diagnostics.push(Diagnostic {
-                        path,
-                        message: "unknown field; it has no effect".into(),
-                    });
+                    let known: Vec<&str> = ["enabled", "runtime", "mode", "languages"]
+                        .into_iter()
+                        .chain(BOUNDS.iter().map(|b| b.name))
+                        .collect();
+                    let message = reader::unknown_key(name, &known);
+                    diagnostics.push(Diagnostic { path, message });
                     Ok(())
                 }
             }
@@ -455,19 +460,7 @@ fn expect_only(path: &str, value: &Value, only: &str) -> Result<(), ConfigError>
 }
 
 fn parse_integer(path: &str, value: &Value) -> Result<i128, ConfigError> {
-    if let Some(i) = value.as_i64() {
-        return Ok(i128::from(i));
-    }
-    if let Some(u) = value.as_u64() {
-        return Ok(i128::from(u));
-    }
-    if let Some(f) = value.as_f64()
-        && f.is_finite()
-        && f.fract() == 0.0
-    {
-        return Ok(f as i128);
-    }
-    Err(type_error(path, "a whole number"))
+    reader::whole_number(value).ok_or_else(|| type_error(path, "a whole number"))
 }
 
 fn parse_languages(path: &str, value: &Value) -> Result<Vec<Language>, ConfigError> {
@@ -638,7 +631,7 @@ mod tests {
             diags,
             vec![Diagnostic {
                 path: "tools.codeMode.timeotMs".into(),
-                message: "unknown field; it has no effect".into()
+                message: "unknown field; did you mean `timeoutMs`? It has no effect".into()
             }]
         );
     }
