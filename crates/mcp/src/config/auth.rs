@@ -1,0 +1,234 @@
+//! `auth`: how HTTP clients authenticate (bearer tokens, OAuth access
+//! tokens) and the per-principal limits.
+
+use codemode_runtime::config_reader::{Section, Strictness, integer_in, join};
+use codemode_runtime::{ConfigError, Diagnostic};
+use serde_json::Value;
+
+use crate::config::reader::{Fields, Secret, error, expand, section};
+use crate::config::servers::is_loopback_http;
+
+/// One of `auth.bearerTokens`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BearerToken {
+    /// The principal it stands for (`name`, else `token-<n>` by position).
+    pub name: String,
+    /// The token (at least 16 bytes).
+    pub token: Secret,
+}
+
+/// `auth.oauth`: the gateway as an OAuth 2.1 protected resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthResource {
+    /// The authorization server (`iss` of accepted tokens).
+    pub issuer: String,
+    /// This gateway's MCP endpoint as clients reach it
+    /// (`https://gw.example.com/mcp`): the audience tokens must name.
+    pub resource: String,
+    /// Where the issuer's keys are; found through the issuer's metadata
+    /// when absent.
+    pub jwks_uri: Option<String>,
+}
+
+/// `auth`: who may use the HTTP endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthConfig {
+    /// `bearerTokens`.
+    pub bearer_tokens: Vec<BearerToken>,
+    /// `oauth`.
+    pub oauth: Option<OAuthResource>,
+    /// `maxConcurrentExecs`: `exec`/`wait` calls one principal may run at
+    /// once, over all its sessions (default 32).
+    pub max_concurrent_execs: usize,
+    /// `maxSuspendedRuns`: waiting runs one principal may hold, over all
+    /// its sessions (default 256, the runtime's per-session bound).
+    pub max_suspended_runs: usize,
+}
+
+const AUTH: Section = section(
+    &[
+        "bearerTokens",
+        "maxConcurrentExecs",
+        "maxSuspendedRuns",
+        "oauth",
+    ],
+    Strictness::Guarded,
+);
+const BEARER_TOKEN: Section = section(&["name", "token"], Strictness::Guarded);
+const OAUTH: Section = section(&["issuer", "resource", "jwksUri"], Strictness::Guarded);
+
+/// The shortest bearer token accepted (a guessable token is no auth).
+pub const MIN_BEARER_TOKEN_BYTES: usize = 16;
+const DEFAULT_MAX_CONCURRENT_EXECS: usize = 32;
+const DEFAULT_MAX_SUSPENDED_RUNS: usize = 256;
+
+pub(crate) fn parse_auth(
+    value: &Value,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<AuthConfig> {
+    let Some(object) = value.as_object() else {
+        errors.push(error(
+            "auth",
+            "expected an object like { bearerTokens: [\"${CODEMODE_TOKEN}\"] }",
+        ));
+        return None;
+    };
+    AUTH.check("auth", object, errors, diagnostics);
+    let before = errors.len();
+    let mut count = |key: &str, default: usize, max: u64| match object.get(key) {
+        None => default,
+        Some(value) => match integer_in(&join("auth", key), value, 1..=max, "an integer") {
+            Ok(n) => usize::try_from(n).unwrap_or(default),
+            Err(e) => {
+                errors.push(e);
+                default
+            }
+        },
+    };
+    let max_concurrent_execs = count("maxConcurrentExecs", DEFAULT_MAX_CONCURRENT_EXECS, 4096);
+    let max_suspended_runs = count("maxSuspendedRuns", DEFAULT_MAX_SUSPENDED_RUNS, 65536);
+    let oauth = object
+        .get("oauth")
+        .and_then(|value| parse_oauth(value, env, errors, diagnostics));
+    let empty = Vec::new();
+    let items = match object.get("bearerTokens") {
+        Some(Value::Array(items)) => items,
+        None if object.contains_key("oauth") => &empty,
+        _ => {
+            errors.push(error(
+                "auth.bearerTokens",
+                "expected an array of tokens (\"${NAME}\" or { name, token }), or `auth.oauth`",
+            ));
+            return None;
+        }
+    };
+    if items.is_empty() && !object.contains_key("oauth") {
+        errors.push(error(
+            "auth.bearerTokens",
+            "no tokens: nobody could connect; add one, or remove `auth` to run without authentication (loopback only)",
+        ));
+    }
+    let mut tokens: Vec<BearerToken> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("auth.bearerTokens[{i}]");
+        let (name, raw) = match item {
+            Value::String(token) => (format!("token-{}", i + 1), token.clone()),
+            Value::Object(entry) => {
+                BEARER_TOKEN.check(&path, entry, errors, diagnostics);
+                match (entry.get("name"), entry.get("token")) {
+                    (Some(Value::String(name)), Some(Value::String(token)))
+                        if !name.trim().is_empty() && name.len() <= 128 =>
+                    {
+                        (name.clone(), token.clone())
+                    }
+                    _ => {
+                        errors.push(error(
+                            &path,
+                            "expected { name: \"alice\", token: \"${ALICE_TOKEN}\" } (a name of 1 to 128 bytes and a token)",
+                        ));
+                        continue;
+                    }
+                }
+            }
+            _ => {
+                errors.push(error(&path, "expected a token string or { name, token }"));
+                continue;
+            }
+        };
+        let token = match expand(&raw, env) {
+            Ok(token) => token,
+            Err(message) => {
+                errors.push(ConfigError { path, message });
+                continue;
+            }
+        };
+        // Never echo the token itself: it is a secret.
+        if token.len() < MIN_BEARER_TOKEN_BYTES {
+            errors.push(ConfigError {
+                path,
+                message: format!(
+                    "the token is shorter than {MIN_BEARER_TOKEN_BYTES} bytes; use a long random value (e.g. `openssl rand -hex 32`)"
+                ),
+            });
+            continue;
+        }
+        if tokens.iter().any(|t| t.name == name) {
+            errors.push(ConfigError {
+                path,
+                message: format!("the name `{name}` is used by another token"),
+            });
+            continue;
+        }
+        if tokens.iter().any(|t| t.token.expose() == token) {
+            errors.push(ConfigError {
+                path,
+                message: "the same token is listed twice".into(),
+            });
+            continue;
+        }
+        tokens.push(BearerToken {
+            name,
+            token: Secret::new(token),
+        });
+    }
+    (errors.len() == before).then_some(AuthConfig {
+        bearer_tokens: tokens,
+        oauth,
+        max_concurrent_execs,
+        max_suspended_runs,
+    })
+}
+
+fn parse_oauth(
+    value: &Value,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<OAuthResource> {
+    let path = "auth.oauth";
+    let Some(object) = value.as_object() else {
+        errors.push(error(
+            path,
+            "expected { issuer: \"https://auth.example.com\", resource: \"https://gw.example.com/mcp\" }",
+        ));
+        return None;
+    };
+    OAUTH.check(path, object, errors, diagnostics);
+    let before = errors.len();
+    let mut fields = Fields {
+        path,
+        object,
+        env,
+        errors,
+    };
+    let url = |fields: &mut Fields<'_>, key: &str, required: bool| match fields.string(key) {
+        // Plain http would let anyone on the path serve their own keys.
+        Some(u) if u.starts_with("https://") || is_loopback_http(&u) => Some(u),
+        Some(_) => {
+            fields.fail(
+                key,
+                "expected an https:// URL (plain http:// only on a loopback address, for tests)",
+            );
+            None
+        }
+        None => {
+            if required {
+                fields.fail(key, "required");
+            }
+            None
+        }
+    };
+    let issuer = url(&mut fields, "issuer", true);
+    let resource = url(&mut fields, "resource", true);
+    let jwks_uri = url(&mut fields, "jwksUri", false);
+    if errors.len() > before {
+        return None;
+    }
+    Some(OAuthResource {
+        issuer: issuer?,
+        resource: resource?,
+        jwks_uri,
+    })
+}

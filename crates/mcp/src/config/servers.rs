@@ -1,0 +1,408 @@
+//! `mcpServers`: how each upstream is reached, its limits and its tool
+//! policy globs.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use codemode_runtime::OwnerPolicy;
+use codemode_runtime::config_reader::{Section, Strictness, join};
+use codemode_runtime::{ConfigError, Diagnostic};
+use serde_json::Value;
+
+use crate::config::reader::{Fields, Secret, error, section};
+
+/// How to reach one upstream server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment (on top of a small default set: `PATH`,
+        /// `HOME`, `USER`, `LOGNAME`, `SHELL`, `TERM`, `LANG`, `TMPDIR`).
+        env: BTreeMap<String, Secret>,
+        /// Working directory.
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable-HTTP endpoint.
+    Http {
+        /// The endpoint URL (`http://` or `https://`).
+        url: String,
+        /// Extra request headers (e.g. `Authorization`).
+        headers: BTreeMap<String, Secret>,
+        /// `oauth`: how the gateway gets access tokens for it.
+        oauth: Option<UpstreamOAuth>,
+    },
+}
+
+/// `mcpServers.<name>.oauth`: access tokens for an HTTP upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamOAuth {
+    /// `clientCredentials`: the OAuth 2.1 client-credentials grant
+    /// (machine to machine); the authorization server is found through the
+    /// upstream's protected-resource metadata.
+    ClientCredentials {
+        /// `clientId`.
+        client_id: String,
+        /// `clientSecret` (a secret: from the environment).
+        client_secret: Secret,
+        /// `scopes` to ask for.
+        scopes: Vec<String>,
+    },
+    /// `authorizationCode`: a user's authorization, got once with
+    /// `codemode login <server>` (authorization code with PKCE) and kept in
+    /// the data directory; the gateway uses and refreshes the stored token.
+    AuthorizationCode {
+        /// `clientId` of a pre-registered client; without it the client
+        /// registers itself (dynamic client registration).
+        client_id: Option<String>,
+        /// `clientSecret` of a pre-registered confidential client.
+        client_secret: Option<Secret>,
+        /// `scopes` to ask for (default: what the server advertises).
+        scopes: Vec<String>,
+        /// `redirectPort`: the loopback port `codemode login` listens on for
+        /// the redirect (default: any free port; a pre-registered client
+        /// usually needs a fixed one).
+        redirect_port: Option<u16>,
+    },
+}
+
+/// One entry of `mcpServers`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    /// The key in `mcpServers`: the middle part of its catalog ids and the
+    /// source of its `MCP.<server>` name.
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// Limit of one tool, resource or prompt request (`timeoutMs`, default
+    /// 60 s); past it the call fails with `nested_tool_failed`.
+    pub call_timeout: Duration,
+    /// Limit of connecting and listing at start (`startupTimeoutMs`,
+    /// default 30 s).
+    pub startup_timeout: Duration,
+    /// What the server is for, as the operator wrote it (`description`):
+    /// shown to the model in place of the server's own `instructions`.
+    pub description: Option<String>,
+    /// Which of its tools exist for code mode (`allowTools` / `denyTools`,
+    /// globs over the upstream tool names; deny wins) and which need a
+    /// human's approval whatever `approvals.mode` says (`approveTools`).
+    /// The others are absent from the catalog, `MCP.<server>` and the
+    /// declarations, and are refused even by a guessed name. Applied by
+    /// the runtime's [`ToolPolicy::decide`] ([`GatewayConfig::tool_policy`]).
+    pub tools: OwnerPolicy,
+}
+
+// An upstream's grant: a typo there fails the login loudly anyway.
+const CLIENT_CREDENTIALS: Section = section(
+    &["clientId", "clientSecret", "scopes"],
+    Strictness::Ordinary,
+);
+const AUTHORIZATION_CODE: Section = section(
+    &["clientId", "clientSecret", "scopes", "redirectPort"],
+    Strictness::Ordinary,
+);
+
+const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
+const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
+const MAX_SERVER_NAME_BYTES: usize = 64;
+
+fn parse_upstream_oauth(
+    value: &Value,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<UpstreamOAuth> {
+    const EXPECTED: &str = "expected { clientCredentials: { clientId: \"...\", clientSecret: \"${SECRET}\", scopes?: [...] } } or { authorizationCode: { clientId?, clientSecret?, scopes?, redirectPort? } }";
+    let Value::Object(object) = value else {
+        errors.push(error(path, EXPECTED));
+        return None;
+    };
+    // Exactly one grant.
+    let mut grants = object.iter();
+    let (Some((grant, Value::Object(fields_object))), None) = (grants.next(), grants.next()) else {
+        errors.push(error(path, EXPECTED));
+        return None;
+    };
+    let grant = grant.as_str();
+    let before = errors.len();
+    let grant_path = join(path, grant);
+    let mut fields = Fields {
+        path: &grant_path,
+        object: fields_object,
+        env,
+        errors,
+    };
+    let client_id = fields.string("clientId").filter(|s| !s.trim().is_empty());
+    let client_secret = fields.string("clientSecret").filter(|s| !s.is_empty());
+    let scopes = fields.strings("scopes");
+    let oauth = match grant {
+        "clientCredentials" => {
+            CLIENT_CREDENTIALS.check(&grant_path, fields_object, fields.errors, diagnostics);
+            if client_id.is_none() {
+                fields.fail(
+                    "clientId",
+                    "required: the client id registered with the authorization server",
+                );
+            }
+            if client_secret.is_none() {
+                fields.fail(
+                    "clientSecret",
+                    "required: the client secret (write \"${NAME}\" to read it from the environment)",
+                );
+            }
+            UpstreamOAuth::ClientCredentials {
+                client_id: client_id.clone().unwrap_or_default(),
+                client_secret: Secret::new(client_secret.unwrap_or_default()),
+                scopes,
+            }
+        }
+        "authorizationCode" => {
+            AUTHORIZATION_CODE.check(&grant_path, fields_object, fields.errors, diagnostics);
+            let redirect_port = fields
+                .integer("redirectPort", 1..=u64::from(u16::MAX), "a port number")
+                .and_then(|port| u16::try_from(port).ok());
+            if client_secret.is_some() && client_id.is_none() {
+                fields.fail(
+                    "clientSecret",
+                    "a client secret belongs to a pre-registered client: set `clientId` too",
+                );
+            }
+            UpstreamOAuth::AuthorizationCode {
+                client_id,
+                client_secret: client_secret.map(Secret::new),
+                scopes,
+                redirect_port,
+            }
+        }
+        _ => {
+            errors.push(error(path, EXPECTED));
+            return None;
+        }
+    };
+    (errors.len() == before).then_some(oauth)
+}
+
+/// `http://127.0.0.1...`, `http://[::1]...` or `http://localhost...`.
+pub(crate) fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    let name = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host.split(':').next().unwrap_or("")
+    };
+    name == "localhost"
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn check_server_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        Err("the server name is empty")
+    } else if name.len() > MAX_SERVER_NAME_BYTES {
+        Err("the server name is longer than 64 bytes")
+    } else if name.contains(':') {
+        Err("the server name contains `:`, which separates the parts of a catalog id")
+    } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Err("the server name contains whitespace or control characters")
+    } else {
+        Ok(())
+    }
+}
+
+/// An `mcpServers` entry (configs written for other clients carry keys
+/// such as `autoApprove`: they load, with a diagnostic).
+const SERVER: Section = section(
+    &[
+        "oauth",
+        "allowTools",
+        "denyTools",
+        "approveTools",
+        "type",
+        "command",
+        "args",
+        "env",
+        "cwd",
+        "url",
+        "headers",
+        "timeoutMs",
+        "startupTimeoutMs",
+        "disabled",
+        "description",
+    ],
+    Strictness::Ordinary,
+);
+
+pub(crate) fn parse_server(
+    name: &str,
+    value: &Value,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<McpServerConfig> {
+    let before = errors.len();
+    if let Err(message) = check_server_name(name) {
+        errors.push(error(path, message));
+    }
+    let Some(object) = value.as_object() else {
+        errors.push(error(
+            path,
+            "expected an object with `command` (stdio) or `url` (streamable HTTP)",
+        ));
+        return None;
+    };
+    SERVER.check(path, object, errors, diagnostics);
+    let mut fields = Fields {
+        path,
+        object,
+        env,
+        errors,
+    };
+    let disabled = match object.get("disabled") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            fields.fail("disabled", "expected a boolean");
+            false
+        }
+    };
+    let kind = fields.string("type");
+    let command = fields.string("command");
+    let url = fields.string("url");
+    let call_timeout = fields.millis("timeoutMs", DEFAULT_CALL_TIMEOUT_MS);
+    let startup_timeout = fields.millis("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS);
+    let description = fields.string("description");
+    let tools = OwnerPolicy {
+        allow: fields.globs("allowTools"),
+        deny: fields.globs("denyTools").unwrap_or_default(),
+        approve: fields.globs("approveTools").unwrap_or_default(),
+    };
+    let wants_http = match kind.as_deref() {
+        None => url.is_some() && command.is_none(),
+        Some("stdio") => false,
+        Some("http" | "streamable-http" | "streamableHttp" | "streamable_http") => true,
+        Some("sse") => {
+            fields.fail(
+                "type",
+                "the legacy SSE transport is not supported; use the server's streamable-HTTP endpoint (type: \"http\")",
+            );
+            return None;
+        }
+        Some(other) => {
+            fields.fail(
+                "type",
+                format!("unknown transport \"{other}\"; use \"stdio\" or \"http\""),
+            );
+            return None;
+        }
+    };
+    let transport = if wants_http {
+        http_transport(&mut fields, path, url, command, diagnostics)?
+    } else {
+        stdio_transport(&mut fields, path, url, command)?
+    };
+    if disabled || errors.len() > before {
+        return None;
+    }
+    Some(McpServerConfig {
+        name: name.to_owned(),
+        transport,
+        call_timeout,
+        startup_timeout,
+        description,
+        tools,
+    })
+}
+
+/// The `url` form of a server entry (streamable HTTP).
+fn http_transport(
+    fields: &mut Fields<'_>,
+    path: &str,
+    url: Option<String>,
+    command: Option<String>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<Transport> {
+    let object = fields.object;
+    let env = fields.env;
+    if command.is_some() {
+        fields.fail("command", "an HTTP server has a `url`, not a `command`");
+    }
+    for key in ["args", "env", "cwd"] {
+        if object.contains_key(key) {
+            fields.fail(key, "only stdio servers (with `command`) take this");
+        }
+    }
+    let headers = fields.secrets("headers");
+    let oauth = object.get("oauth").and_then(|value| {
+        parse_upstream_oauth(value, &join(path, "oauth"), env, fields.errors, diagnostics)
+    });
+    Some(match url {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => Transport::Http {
+            url,
+            headers,
+            oauth,
+        },
+        Some(_) => {
+            fields.fail("url", "expected an http:// or https:// URL");
+            return None;
+        }
+        None => {
+            fields.fail("url", "an HTTP server needs a `url`");
+            return None;
+        }
+    })
+}
+
+/// The `command` form of a server entry (a child process over stdio).
+fn stdio_transport(
+    fields: &mut Fields<'_>,
+    path: &str,
+    url: Option<String>,
+    command: Option<String>,
+) -> Option<Transport> {
+    let object = fields.object;
+    if url.is_some() {
+        fields.fail(
+            "url",
+            "a server has either `command` (stdio) or `url` (HTTP), not both",
+        );
+    }
+    if object.contains_key("headers") {
+        fields.fail("headers", "only HTTP servers (with `url`) take headers");
+    }
+    if object.contains_key("oauth") {
+        fields.fail("oauth", "only HTTP servers (with `url`) take oauth");
+    }
+    let args = fields.strings("args");
+    let env = fields.secrets("env");
+    let cwd = fields.string("cwd").map(PathBuf::from);
+    Some(match command {
+        Some(command) if !command.trim().is_empty() => Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        },
+        Some(_) => {
+            fields.fail("command", "the command is empty");
+            return None;
+        }
+        None => {
+            fields.errors.push(error(
+                path,
+                "needs `command` (a stdio server) or `url` (a streamable-HTTP server)",
+            ));
+            return None;
+        }
+    })
+}
