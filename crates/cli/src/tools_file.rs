@@ -66,17 +66,17 @@ const ENTRY: Section = Section {
     strictness: Strictness::Guarded,
 };
 
-/// The first problem `section` finds in `object` at `path`, as the file's
-/// error.
+/// The first problem `section` finds in `object`, as the file's error
+/// (`where`: the entry's label, or `the file`).
 fn check_keys(
     section: Section,
-    path: &str,
+    place: &str,
     object: &serde_json::Map<String, Value>,
 ) -> Result<(), String> {
     let mut errors = Vec::new();
-    section.check(path, object, &mut errors, &mut Vec::new());
+    section.check("", object, &mut errors, &mut Vec::new());
     match errors.first() {
-        Some(e) => Err(e.to_string()),
+        Some(e) => Err(format!("{place}: field `{}`: {}", e.path, e.message)),
         None => Ok(()),
     }
 }
@@ -91,7 +91,7 @@ impl ToolsFile {
         let Some(root) = root.as_object() else {
             return Err("the file must hold an object like { tools: [...] }".into());
         };
-        check_keys(ROOT, "", root)?;
+        check_keys(ROOT, "the file", root)?;
         let Some(Value::Array(entries)) = root.get("tools") else {
             return Err("`tools` must be an array of tool entries".into());
         };
@@ -130,7 +130,7 @@ fn parse_entry(i: usize, entry: &Value) -> Result<(ToolDefinition, Scripted), St
         Some(name) => format!("tools[{i}] (`{name}`)"),
         None => format!("tools[{i}]"),
     };
-    check_keys(ENTRY, &format!("tools[{i}]"), map).map_err(|e| format!("{label}: {e}"))?;
+    check_keys(ENTRY, &label, map)?;
     let string = |field: &str, required: bool| -> Result<Option<String>, String> {
         match map.get(field) {
             None | Some(Value::Null) if !required => Ok(None),
@@ -180,13 +180,8 @@ fn parse_entry(i: usize, entry: &Value) -> Result<(ToolDefinition, Scripted), St
     let delay = match map.get("delayMs") {
         None | Some(Value::Null) => None,
         Some(v) => Some(Duration::from_millis(
-            integer_in(
-                &format!("tools[{i}].delayMs"),
-                v,
-                0..=3_600_000,
-                "milliseconds",
-            )
-            .map_err(|e| format!("{label}: {e}"))?,
+            integer_in("delayMs", v, 0..=3_600_000, "milliseconds")
+                .map_err(|e| format!("{label}: field `delayMs`: {}", e.message))?,
         )),
     };
     let needs_approval = match map.get("needsApproval") {
@@ -304,11 +299,11 @@ mod tests {
             ),
             (
                 r#"{ tools: [{ source: "plugin", owner: "p", name: "a", result: 1, delayMs: -1 }] }"#,
-                "tools[0].delayMs: expected milliseconds from 0 to 3600000",
+                "tools[0] (`a`): field `delayMs`: expected milliseconds from 0 to 3600000",
             ),
             (
                 r#"{ tools: [{ source: "plugin", owner: "p", name: "a", result: 1, color: 1 }] }"#,
-                "tools[0].color: unknown field; this section takes only source, owner",
+                "tools[0] (`a`): field `color`: unknown field; this section takes only source, owner",
             ),
             (
                 r#"{ tools: [{ source: "plugin", name: "a", result: 1 }] }"#,
@@ -328,11 +323,11 @@ mod tests {
             ),
             (
                 r#"{ tool: [] }"#,
-                "invalid config at tool: unknown field; did you mean `tools`?",
+                "the file: field `tool`: unknown field; did you mean `tools`?",
             ),
             (
                 r#"{ tools: [{ source: "plugin", owner: "p", name: "a", result: 1, needApproval: true }] }"#,
-                "tools[0].needApproval: unknown field; did you mean `needsApproval`?",
+                "tools[0] (`a`): field `needApproval`: unknown field; did you mean `needsApproval`?",
             ),
             (r#"[1]"#, "must hold an object"),
             (r#"{ tools: "#, "not valid JSON5"),

@@ -34,6 +34,43 @@ fn write_temp(name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
+/// `codemode` with `args`, then the path of a temp file `name` holding `text`.
+fn codemode_on(args: &[&str], (name, text): (&str, &str), stdin: &str) -> Output {
+    let path = write_temp(name, text);
+    codemode(&[args, &[path.to_str().unwrap()]].concat(), stdin)
+}
+
+/// `codemode` with `args` and `stdin`, asserted to exit 0; its first result.
+fn first_result_exit_zero(args: &[&str], stdin: &str) -> serde_json::Value {
+    let out = codemode(args, stdin);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    results(&out).swap_remove(0)
+}
+
+/// Asserts that `out` exited with `code` and that its stderr says each of
+/// `parts`.
+fn assert_stderr(out: &Output, code: i32, parts: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    for part in parts {
+        assert!(stderr.contains(part), "{part:?} missing from:\n{stderr}");
+    }
+}
+
+/// `codemode check-config` on a temp file `name` holding `config`: its exit
+/// code and report.
+fn check_config(name: &str, config: &str) -> (Option<i32>, String) {
+    let out = codemode_on(&["check-config"], (name, config), "");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.code(), report)
+}
+
 #[test]
 fn completed_cells_exit_zero_with_one_result() {
     let out = codemode(&["exec"], "text('hi'); return 1 + 1");
@@ -90,11 +127,14 @@ fn config_limits_apply_and_codes_are_reported() {
 
 #[test]
 fn cells_can_come_from_a_file() {
-    let cell = write_temp(
-        "cell.js",
-        "const xs = [1, 2, 3];\nreturn xs.reduce((a, b) => a + b, 0);\n",
+    let out = codemode_on(
+        &["exec"],
+        (
+            "cell.js",
+            "const xs = [1, 2, 3];\nreturn xs.reduce((a, b) => a + b, 0);\n",
+        ),
+        "",
     );
-    let out = codemode(&["exec", cell.to_str().unwrap()], "");
     assert_eq!(results(&out)[0]["value"], 6);
 }
 
@@ -128,12 +168,12 @@ fn bad_usage_exits_two() {
         codemode(&["exec", "/no/such/cell.js"], "").status.code(),
         Some(2)
     );
-    let bad = write_temp(
+    // A wrong config is the run's failure: invalid_config naming the field.
+    let bad = (
         "bad.json5",
         "{ tools: { codeMode: { timeoutMs: 'soon' } } }",
     );
-    // A wrong config is the run's failure: invalid_config naming the field.
-    let out = codemode(&["exec", "--config", bad.to_str().unwrap()], "return 1");
+    let out = codemode_on(&["exec", "--config"], bad, "return 1");
     assert_eq!(out.status.code(), Some(1));
     let result = &results(&out)[0];
     assert_eq!(result["status"], "failed");
@@ -149,24 +189,23 @@ fn bad_usage_exits_two() {
 
 #[test]
 fn check_config_reports_every_problem_with_its_path() {
-    let config = write_temp(
+    let (code, text) = check_config(
         "check.json5",
         "{ tools: { codeMode: { enabled: true, timeoutMs: 1, maxOutputBytes: 1e9, bogus: 1 } } }",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_codemode"))
-        .args(["check-config", config.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("tools.codeMode.timeoutMs"), "{text}");
-    assert!(text.contains("tools.codeMode.maxOutputBytes"), "{text}");
-    assert!(text.contains("tools.codeMode.bogus"), "{text}");
-    assert_eq!(out.status.code(), Some(0));
+    for path in [
+        "tools.codeMode.timeoutMs",
+        "tools.codeMode.maxOutputBytes",
+        "tools.codeMode.bogus",
+    ] {
+        assert!(text.contains(path), "{path} missing from:\n{text}");
+    }
+    assert_eq!(code, Some(0));
 }
 
 #[test]
 fn check_config_reports_every_mcp_server_problem_and_exits_one() {
-    let config = write_temp(
+    let (code, text) = check_config(
         "check-mcp.json5",
         r#"{
           tools: { codeMode: { enabled: "yes", timeoutMs: "soon" } },
@@ -178,11 +217,6 @@ fn check_config_reports_every_mcp_server_problem_and_exits_one() {
           },
         }"#,
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_codemode"))
-        .args(["check-config", config.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
     for path in [
         "tools.codeMode.enabled",
         "tools.codeMode.timeoutMs",
@@ -194,7 +228,7 @@ fn check_config_reports_every_mcp_server_problem_and_exits_one() {
         assert!(text.contains(path), "{path} missing from:\n{text}");
     }
     assert!(!text.contains("very-secret-value"), "{text}");
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(code, Some(1));
 }
 
 #[test]
@@ -214,34 +248,29 @@ fn the_example_gateway_config_checks_clean() {
 
 #[test]
 fn serve_refuses_a_config_that_turns_code_mode_off() {
-    let config = write_temp(
+    let off = (
         "off.json5",
         "{ tools: { codeMode: false }, mcpServers: {} }",
     );
-    let out = codemode(&["serve", "--config", config.to_str().unwrap()], "");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("code mode is disabled"), "{err}");
+    let out = codemode_on(&["serve", "--config"], off, "");
+    assert_stderr(&out, 2, &["code mode is disabled"]);
     assert!(out.stdout.is_empty(), "nothing on the MCP channel");
 }
 
 #[test]
 fn an_upstream_that_cannot_start_is_reported_and_leaves_the_cell_running() {
-    let config = write_temp(
-        "broken-upstream.json5",
-        r#"{ mcpServers: { ghost: { command: "/nonexistent/codemode-test-server" } } }"#,
-    );
-    let out = codemode(
-        &["exec", "--config", config.to_str().unwrap()],
+    let ghost = r#"{ mcpServers: { ghost: { command: "/nonexistent/codemode-test-server" } } }"#;
+    let out = codemode_on(
+        &["exec", "--config"],
+        ("broken-upstream.json5", ghost),
         "return Object.keys(MCP)",
     );
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(results(&out)[0]["value"], serde_json::json!([]));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("MCP server `ghost`") && err.contains("/nonexistent/codemode-test-server"),
-        "{err}"
+    assert_stderr(
+        &out,
+        0,
+        &["MCP server `ghost`", "/nonexistent/codemode-test-server"],
     );
+    assert_eq!(results(&out)[0]["value"], serde_json::json!([]));
 }
 
 fn tools_file() -> std::path::PathBuf {
@@ -251,17 +280,10 @@ fn tools_file() -> std::path::PathBuf {
 #[test]
 fn cells_call_scripted_tools_from_a_tools_file() {
     let tools = tools_file();
-    let out = codemode(
+    let r = &first_result_exit_zero(
         &["exec", "--tools", tools.to_str().unwrap()],
         "const r = await tools.read({ path: 'README.md' });\nconst e = await tools.call('client:app:echo', { a: [1, 2] });\nlet err; try { await tools.charge({}); } catch (x) { err = x.message; }\nreturn { first: r.text.split('\\n')[0], e, err, n: ALL_TOOLS.length, f: (await tools.forecast({})).sky };",
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = &results(&out)[0];
     assert_eq!(r["value"]["first"], "# codemode");
     assert_eq!(r["value"]["e"], serde_json::json!({"a": [1, 2]}));
     assert_eq!(
@@ -306,17 +328,17 @@ fn follow_waits_for_slow_tools_in_the_same_process() {
         "{ tools: { codeMode: { enabled: true, timeoutMs: 1000 } } }",
     );
     let cell = "text('asked');\nconst report = await tools.slow_report();\nreturn report;";
-    let out = codemode(
-        &[
-            "exec",
+    // `codemode exec [follow] --config <fast> --tools <tools>`: its results.
+    let exec = |follow: &[&str]| {
+        let files = [
             "--config",
             config.to_str().unwrap(),
             "--tools",
             tools.to_str().unwrap(),
-        ],
-        cell,
-    );
-    let r = results(&out);
+        ];
+        results(&codemode(&[&["exec"], follow, &files].concat(), cell))
+    };
+    let r = exec(&[]);
     assert_eq!(
         r.len(),
         1,
@@ -328,18 +350,7 @@ fn follow_waits_for_slow_tools_in_the_same_process() {
         "client:app:slow_report"
     );
 
-    let out = codemode(
-        &[
-            "exec",
-            "--follow",
-            "--config",
-            config.to_str().unwrap(),
-            "--tools",
-            tools.to_str().unwrap(),
-        ],
-        cell,
-    );
-    let r = results(&out);
+    let r = exec(&["--follow"]);
     let statuses: Vec<&str> = r.iter().map(|v| v["status"].as_str().unwrap()).collect();
     assert!(statuses.len() >= 3, "{statuses:?}");
     assert!(
@@ -357,16 +368,12 @@ fn follow_waits_for_slow_tools_in_the_same_process() {
 
 #[test]
 fn bad_tools_files_name_the_entry_and_field() {
-    let bad = write_temp(
-        "bad-tools.json5",
-        "{ tools: [ { source: 'plugin', owner: 'p', name: 'ok', result: 1 }, { source: 'plugin', owner: 'p', name: 'slow', result: 1, delayMs: 'soon' } ] }",
-    );
-    let out = codemode(&["exec", "--tools", bad.to_str().unwrap()], "return 1");
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("tools[1] (`slow`): field `delayMs` must be an integer"),
-        "{stderr}"
+    let tools = "{ tools: [ { source: 'plugin', owner: 'p', name: 'ok', result: 1 }, { source: 'plugin', owner: 'p', name: 'slow', result: 1, delayMs: 'soon' } ] }";
+    let out = codemode_on(&["exec", "--tools"], ("bad-tools.json5", tools), "return 1");
+    assert_stderr(
+        &out,
+        2,
+        &["tools[1] (`slow`): field `delayMs`: expected milliseconds from 0 to 3600000"],
     );
 }
 
@@ -393,17 +400,10 @@ fn the_examples_run() {
 
 #[test]
 fn typescript_cells_run_with_language_typescript() {
-    let out = codemode(
+    let r = &first_result_exit_zero(
         &["exec", "--language", "typescript"],
         "interface P { x: number }\nenum E { A = 2 }\nconst p: P = { x: E.A };\nreturn p.x as number;",
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let r = &results(&out)[0];
     assert_eq!(r["value"], 2, "{r}");
     assert_eq!(r["telemetry"]["language"], "typescript");
     let out = codemode(&["exec"], "import fs from 'fs';\nreturn 1");

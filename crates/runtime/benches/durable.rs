@@ -19,39 +19,30 @@
     reason = "bench"
 )]
 
+mod common;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use codemode_runtime::codemode_store::testing::RedisServer;
 use codemode_runtime::codemode_store::{FileBackend, RedisBackend, RunBackend};
 use codemode_runtime::{
-    Catalog, CodeModeConfig, CodeModeRuntime, CodeModeSession, DurableStore, NestedCall,
-    RunContext, RuntimeOptions, ToolCallError, ToolDefinition, ToolExecutor, ToolFuture,
-    ToolPolicy, ToolSource,
+    Catalog, CodeModeRuntime, CodeModeSession, DurableStore, NestedCall, RunContext,
+    RuntimeOptions, ToolCallError, ToolDefinition, ToolExecutor, ToolFuture, ToolPolicy,
+    ToolSource,
 };
+use common::Gate;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
-struct Gated {
-    gate: Arc<Semaphore>,
-    passed: Arc<AtomicUsize>,
-}
+/// Only `gated`, which waits at the gate.
+struct Gated(Gate);
 
 impl ToolExecutor for Gated {
     fn call(&self, call: NestedCall) -> ToolFuture {
         if call.tool.name != "gated" {
             return Box::pin(async { Err(ToolCallError::new("unknown")) });
         }
-        let gate = Arc::clone(&self.gate);
-        let passed = Arc::clone(&self.passed);
-        Box::pin(async move {
-            if let Ok(permit) = gate.acquire().await {
-                permit.forget();
-            }
-            passed.fetch_add(1, Ordering::SeqCst);
-            Ok(json!("done"))
-        })
+        self.0.call()
     }
 }
 
@@ -59,28 +50,21 @@ struct Backend {
     name: &'static str,
     runtime: CodeModeRuntime,
     session: Arc<CodeModeSession>,
-    gate: Arc<Semaphore>,
-    passed: Arc<AtomicUsize>,
+    gate: Gate,
     store: Option<Arc<dyn RunBackend>>,
 }
 
 fn backend(name: &'static str, store: Option<Arc<dyn RunBackend>>, max_runs: usize) -> Backend {
-    let (config, _) = CodeModeConfig::from_json5(
+    let runtime = common::runtime(
         "{tools:{codeMode:{enabled:true, timeoutMs: 5000, snapshotTtlSeconds: 600}}}",
-    )
-    .unwrap();
-    let runtime = CodeModeRuntime::with_options(
-        config,
         RuntimeOptions {
             max_suspended_runs: max_runs,
             max_suspended_runs_per_scope: max_runs,
             durable_store: store.clone().map(DurableStore),
             ..RuntimeOptions::default()
         },
-    )
-    .unwrap();
-    let gate = Arc::new(Semaphore::new(0));
-    let passed = Arc::new(AtomicUsize::new(0));
+    );
+    let gate = Gate::default();
     let session = runtime.session(
         RunContext::default(),
         Catalog::build(
@@ -88,17 +72,13 @@ fn backend(name: &'static str, store: Option<Arc<dyn RunBackend>>, max_runs: usi
             &ToolPolicy::default(),
         )
         .unwrap(),
-        Arc::new(Gated {
-            gate: Arc::clone(&gate),
-            passed: Arc::clone(&passed),
-        }),
+        Arc::new(Gated(gate.clone())),
     );
     Backend {
         name,
         runtime,
         session: Arc::new(session),
         gate,
-        passed,
         store,
     }
 }
@@ -119,9 +99,9 @@ async fn round(b: &Backend) -> [f64; 4] {
     let r = b.session.exec(&json!({ "code": CELL })).await.to_json();
     let exec = started.elapsed();
     assert_eq!(r["status"], "waiting", "{}: {r}", b.name);
-    let before = b.passed.load(Ordering::SeqCst);
-    b.gate.add_permits(1);
-    while b.passed.load(Ordering::SeqCst) == before {
+    let before = b.gate.passed();
+    b.gate.open_one();
+    while b.gate.passed() == before {
         tokio::task::yield_now().await;
     }
     // The result reaches the run (and, for durable stores, the store).

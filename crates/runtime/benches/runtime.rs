@@ -14,24 +14,23 @@
     reason = "bench"
 )]
 
+mod common;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use codemode_runtime::{
-    ApprovalDecision, ApprovalFuture, ApprovalRequest, Approver, Catalog, CodeModeConfig,
-    CodeModeRuntime, CodeModeSession, HookDecision, HookFuture, NestedCall, RunContext,
-    RuntimeOptions, ToolCallError, ToolCallEvent, ToolDefinition, ToolExecutor, ToolFuture,
-    ToolHooks, ToolPolicy, ToolSource,
+    ApprovalDecision, ApprovalFuture, ApprovalRequest, Approver, Catalog, CodeModeRuntime,
+    CodeModeSession, HookDecision, HookFuture, NestedCall, RunContext, RuntimeOptions,
+    ToolCallError, ToolCallEvent, ToolDefinition, ToolExecutor, ToolFuture, ToolHooks, ToolPolicy,
+    ToolSource,
 };
+use common::Gate;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
 struct Tools {
-    gate: Arc<Semaphore>,
-    /// Gated calls that got their permit (about to return their result).
-    passed: Arc<AtomicUsize>,
+    gate: Gate,
 }
 
 impl ToolExecutor for Tools {
@@ -42,18 +41,7 @@ impl ToolExecutor for Tools {
                 let n = call.input["n"].as_i64().unwrap_or(0);
                 Box::pin(async move { Ok(json!({ "n": n * 2 })) })
             }
-            "gated" => {
-                let gate = Arc::clone(&self.gate);
-                let passed = Arc::clone(&self.passed);
-                Box::pin(async move {
-                    // One permit per call: forget it instead of returning it.
-                    if let Ok(permit) = gate.acquire().await {
-                        permit.forget();
-                    }
-                    passed.fetch_add(1, Ordering::SeqCst);
-                    Ok(json!("done"))
-                })
-            }
+            "gated" => self.gate.call(),
             _ => Box::pin(async { Err(ToolCallError::new("unknown")) }),
         }
     }
@@ -87,8 +75,7 @@ fn control_sessions(runtime: &CodeModeRuntime) -> (CodeModeSession, CodeModeSess
     };
     let executor = || {
         Arc::new(Tools {
-            gate: Arc::new(Semaphore::new(0)),
-            passed: Arc::new(AtomicUsize::new(0)),
+            gate: Gate::default(),
         })
     };
     let hooked = runtime
@@ -114,41 +101,29 @@ fn control_sessions(runtime: &CodeModeRuntime) -> (CodeModeSession, CodeModeSess
 fn setup(
     timeout_ms: u64,
     max_suspended_runs: usize,
-) -> (
-    CodeModeRuntime,
-    Arc<CodeModeSession>,
-    Arc<Semaphore>,
-    Arc<AtomicUsize>,
-) {
-    let (config, _) = CodeModeConfig::from_json5(&format!(
-        "{{tools:{{codeMode:{{enabled:true, timeoutMs:{timeout_ms}, snapshotTtlSeconds: 3600}}}}}}"
-    ))
-    .unwrap();
-    let runtime = CodeModeRuntime::with_options(
-        config,
+) -> (CodeModeRuntime, Arc<CodeModeSession>, Gate) {
+    let runtime = common::runtime(
+        &format!(
+            "{{tools:{{codeMode:{{enabled:true, timeoutMs:{timeout_ms}, snapshotTtlSeconds: 3600}}}}}}"
+        ),
         RuntimeOptions {
             max_suspended_runs,
             // The held-runs bench fills the store from one session.
             max_suspended_runs_per_scope: max_suspended_runs,
             ..RuntimeOptions::default()
         },
-    )
-    .unwrap();
+    );
     let tools = vec![
         ToolDefinition::new(ToolSource::Openclaw, "core", "double").with_description("Doubles n"),
         ToolDefinition::new(ToolSource::Client, "app", "gated").with_description("Waits"),
     ];
-    let gate = Arc::new(Semaphore::new(0));
-    let passed = Arc::new(AtomicUsize::new(0));
+    let gate = Gate::default();
     let session = Arc::new(runtime.session(
         RunContext::default(),
         Catalog::build(tools, &ToolPolicy::default()).unwrap(),
-        Arc::new(Tools {
-            gate: Arc::clone(&gate),
-            passed: Arc::clone(&passed),
-        }),
+        Arc::new(Tools { gate: gate.clone() }),
     ));
-    (runtime, session, gate, passed)
+    (runtime, session, gate)
 }
 
 const FIFTY_CALLS: &str = "let sum = 0;\nfor (let i = 0; i < 50; i++) sum += (await tools.double({ n: i })).n;\nreturn sum;";
@@ -159,7 +134,7 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let (_runtime, session, gate, _) = setup(10_000, 2048);
+    let (_runtime, session, gate) = setup(10_000, 2048);
 
     let r = rt
         .block_on(session.exec(&json!({ "code": FIFTY_CALLS })))
@@ -187,7 +162,7 @@ fn bench(c: &mut Criterion) {
     });
 
     // wait on a suspended cell whose call has finished: time only the wait.
-    let (_runtime, session, gate2, passed) = setup(100, 2048);
+    let (_runtime, session, gate2) = setup(100, 2048);
     drop(gate);
     c.bench_function("wait: suspended cell, call finished -> completed", |b| {
         b.iter_custom(|iters| {
@@ -200,11 +175,11 @@ fn bench(c: &mut Criterion) {
                     )
                     .to_json();
                 assert_eq!(waiting["status"], "waiting", "{waiting}");
-                let before = passed.load(Ordering::SeqCst);
-                gate2.add_permits(1);
+                let before = gate2.passed();
+                gate2.open_one();
                 // Time only the wait: the call must have finished and sent
                 // its result before the clock starts.
-                while passed.load(Ordering::SeqCst) == before {
+                while gate2.passed() == before {
                     std::thread::yield_now();
                 }
                 std::thread::sleep(Duration::from_micros(200));
@@ -234,7 +209,7 @@ fn rss_bytes() -> usize {
 /// 1,000 runs suspended at once (each with one in-flight call), within a
 /// store bounded at 1,024.
 fn held_runs(rt: &tokio::runtime::Runtime) {
-    let (runtime, session, _gate, _) = setup(100, 1024);
+    let (runtime, session, _gate) = setup(100, 1024);
     let code = "const big = []; for (let i = 0; i < 100; i++) big.push({ i, s: 'x' + i });\nconst r = await tools.gated({});\nreturn big.length;";
     let rss_before = rss_bytes();
     let started = Instant::now();

@@ -11,7 +11,7 @@ use codemode_runtime::{
     CodeModeConfig, ModelSurface, ModelTool, PayloadShape, RunKind, ToolDefinition, ToolSource,
     activate, activate_document,
 };
-use common::{shared, tool};
+use common::{shared, tool, tool_at};
 use serde_json::{Value, json};
 
 fn on() -> CodeModeConfig {
@@ -23,20 +23,10 @@ fn on() -> CodeModeConfig {
 
 fn run_tools() -> Vec<ToolDefinition> {
     vec![
-        tool(ToolSource::Openclaw, "core", "read", "Read a file"),
-        tool(
-            ToolSource::Plugin,
-            "github",
-            "github_list_issues",
-            "List issues",
-        ),
-        tool(
-            ToolSource::Client,
-            "app",
-            "select_file",
-            "Ask the user to pick a file",
-        ),
-        tool(ToolSource::Openclaw, "core", "message", "Message the user").with_direct_only(true),
+        tool_at("openclaw:core:read", "Read a file"),
+        tool_at("plugin:github:github_list_issues", "List issues"),
+        tool_at("client:app:select_file", "Ask the user to pick a file"),
+        tool_at("openclaw:core:message", "Message the user").with_direct_only(true),
     ]
 }
 

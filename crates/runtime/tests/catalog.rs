@@ -6,54 +6,27 @@
 mod common;
 
 use codemode_runtime::{ToolPolicy, ToolSource};
-use common::{Behaviour, Scripted, context, exec, session, session_in, shared, tool};
+use common::{
+    Behaviour, Scripted, assert_each_contains, context, exec, session, session_in, shared, tool,
+    tool_at,
+};
 use serde_json::json;
 
 fn mixed_tools() -> Vec<codemode_runtime::ToolDefinition> {
     vec![
-        tool(
-            ToolSource::Openclaw,
-            "core",
-            "message",
-            "Send a message to a channel",
-        ),
-        tool(ToolSource::Openclaw, "core", "read", "Read a local file"),
-        tool(ToolSource::Openclaw, "core", "exec", "Run a shell command"),
-        tool(
-            ToolSource::Openclaw,
-            "core",
-            "wait",
-            "code-mode control tool",
-        ),
-        tool(ToolSource::Openclaw, "core", "tool_search", "control"),
-        tool(ToolSource::Openclaw, "core", "tool_search_code", "control"),
-        tool(ToolSource::Openclaw, "core", "tool_describe", "control"),
-        tool(ToolSource::Openclaw, "core", "tool_call", "control"),
-        tool(
-            ToolSource::Plugin,
-            "browser",
-            "browser_request",
-            "Fetch a web page",
-        ),
-        tool(
-            ToolSource::Plugin,
-            "files",
-            "read",
-            "Read a file from object storage",
-        ),
-        tool(
-            ToolSource::Mcp,
-            "github",
-            "create_issue",
-            "Create a GitHub issue",
-        ),
-        tool(
-            ToolSource::Client,
-            "app",
-            "select_file",
-            "Let the user pick a file",
-        ),
-        tool(ToolSource::Client, "app", "web-search", "Search the web"),
+        tool_at("openclaw:core:message", "Send a message to a channel"),
+        tool_at("openclaw:core:read", "Read a local file"),
+        tool_at("openclaw:core:exec", "Run a shell command"),
+        tool_at("openclaw:core:wait", "code-mode control tool"),
+        tool_at("openclaw:core:tool_search", "control"),
+        tool_at("openclaw:core:tool_search_code", "control"),
+        tool_at("openclaw:core:tool_describe", "control"),
+        tool_at("openclaw:core:tool_call", "control"),
+        tool_at("plugin:browser:browser_request", "Fetch a web page"),
+        tool_at("plugin:files:read", "Read a file from object storage"),
+        tool_at("mcp:github:create_issue", "Create a GitHub issue"),
+        tool_at("client:app:select_file", "Let the user pick a file"),
+        tool_at("client:app:web-search", "Search the web"),
     ]
 }
 
@@ -341,22 +314,21 @@ async fn bad_search_arguments_are_clear_errors() {
         "#,
     )
     .await;
-    let msgs: Vec<&str> = r["value"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m.as_str().unwrap())
-        .collect();
-    assert!(msgs[0].contains("query is empty"), "{msgs:?}");
-    assert!(msgs[1].contains("query must be a string"), "{msgs:?}");
-    for m in &msgs[2..7] {
-        assert!(
-            m.contains("options.limit must be an integer from 1 to 10 (maxSearchLimit)"),
-            "{msgs:?}"
-        );
-    }
-    assert!(msgs[7].contains("unknown option `top`"), "{msgs:?}");
-    assert!(msgs[8].contains("options must be an object"), "{msgs:?}");
+    let limit = "options.limit must be an integer from 1 to 10 (maxSearchLimit)";
+    assert_each_contains(
+        &r["value"],
+        &[
+            "query is empty",
+            "query must be a string",
+            limit,
+            limit,
+            limit,
+            limit,
+            limit,
+            "unknown option `top`",
+            "options must be an object",
+        ],
+    );
 }
 
 #[tokio::test]

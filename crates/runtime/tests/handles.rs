@@ -6,8 +6,8 @@
 
 mod common;
 
-use codemode_runtime::{RuntimeOptions, ToolSource};
-use common::{Behaviour, Scripted, exec, runtime_with, session_in, tool};
+use codemode_runtime::RuntimeOptions;
+use common::{Behaviour, Scripted, assert_each_contains, exec, runtime_with, session_in, tool_at};
 use serde_json::json;
 
 /// A 20 MB MCP-style text result with one needle near the end.
@@ -33,14 +33,9 @@ fn session(options: RuntimeOptions) -> codemode_runtime::CodeModeSession {
         &runtime,
         common::context("agent", "h", "r"),
         vec![
-            tool(ToolSource::Openclaw, "core", "big", "a large document"),
-            tool(ToolSource::Openclaw, "core", "small", "a small answer"),
-            tool(
-                ToolSource::Openclaw,
-                "core",
-                "forged",
-                "pretends to be a handle",
-            ),
+            tool_at("openclaw:core:big", "a large document"),
+            tool_at("openclaw:core:small", "a small answer"),
+            tool_at("openclaw:core:forged", "pretends to be a handle"),
         ],
         &Default::default(),
         executor,
@@ -56,9 +51,10 @@ async fn a_20_mb_result_is_read_by_handle_within_the_default_memory_limit() {
         const doc = await tools.big({});
         const small = await tools.small({});
         const forged = await tools.forged({});
+        const slice = 1 << 20; // the most one doc.text() call may return
         let read = 0, seen = -1;
-        for (let at = 0; at < doc.textBytes; at += 1 << 20) {
-          const piece = await doc.text(at, at + (1 << 20));
+        for (let at = 0; at < doc.textBytes; at += slice) {
+          const piece = await doc.text(at, at + slice);
           read += piece.length;
           const i = piece.indexOf("NEEDLE");
           if (i >= 0) seen = at + i;
@@ -144,21 +140,13 @@ async fn held_bytes_are_bounded_per_run_and_slices_are_checked() {
             .contains("past the run's bound"),
         "{r}"
     );
-    let bad = r["value"]["bad"].as_array().unwrap();
-    assert!(
-        bad[0].as_str().unwrap().contains("whole number of bytes"),
-        "{r}"
-    );
-    assert!(
-        bad[1].as_str().unwrap().contains("whole number of bytes"),
-        "{r}"
-    );
-    assert!(
-        bad[2]
-            .as_str()
-            .unwrap()
-            .contains("at most 1048576 bytes per slice"),
-        "{r}"
+    assert_each_contains(
+        &r["value"]["bad"],
+        &[
+            "whole number of bytes",
+            "whole number of bytes",
+            "at most 1048576 bytes per slice",
+        ],
     );
 }
 

@@ -10,7 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use codemode_runtime::{RuntimeOptions, ToolSource};
-use common::{Behaviour, Scripted, exec, runtime_with, session, shared, tool};
+use common::{
+    Behaviour, Scripted, assert_each_contains, exec, runtime_with, session, shared, tool,
+};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -195,30 +197,17 @@ async fn forged_and_malformed_bridge_input_is_rejected_by_the_host() {
         "#,
     )
     .await;
-    let msgs: Vec<&str> = r["value"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m.as_str().unwrap())
-        .collect();
-    assert!(
-        msgs[0].contains("id must be a catalog id string"),
-        "{msgs:?}"
+    assert_each_contains(
+        &r["value"],
+        &[
+            "id must be a catalog id string",
+            "id must be a catalog id string",
+            "no tool \"openclaw:core:nope\"",
+            "tools.call(\"openclaw:core:echo\", input)",
+            "no tool",
+            "no tool",
+        ],
     );
-    assert!(
-        msgs[1].contains("id must be a catalog id string"),
-        "{msgs:?}"
-    );
-    assert!(
-        msgs[2].contains("no tool \"openclaw:core:nope\""),
-        "{msgs:?}"
-    );
-    assert!(
-        msgs[3].contains("tools.call(\"openclaw:core:echo\", input)"),
-        "{msgs:?}"
-    );
-    assert!(msgs[4].contains("no tool"), "{msgs:?}");
-    assert!(msgs[5].contains("no tool"), "{msgs:?}");
     assert_eq!(executor.call_count(), 0);
 }
 

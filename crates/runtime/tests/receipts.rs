@@ -7,21 +7,16 @@ mod common;
 
 use std::sync::Arc;
 
-use codemode_runtime::{MAX_CALL_RECEIPTS, RuntimeOptions, ToolSource};
-use common::{Behaviour, Scripted, eventually, exec, runtime_with, session, tool, wait};
+use codemode_runtime::{MAX_CALL_RECEIPTS, RuntimeOptions};
+use common::{Behaviour, Scripted, eventually, exec, runtime_with, session, tool_at, wait};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 fn tools() -> Vec<codemode_runtime::ToolDefinition> {
     vec![
-        tool(ToolSource::Client, "app", "write", "Writes"),
-        tool(ToolSource::Client, "app", "broken", "Always fails"),
-        tool(
-            ToolSource::Client,
-            "app",
-            "gated",
-            "Answers when the test opens its gate",
-        ),
+        tool_at("client:app:write", "Writes"),
+        tool_at("client:app:broken", "Always fails"),
+        tool_at("client:app:gated", "Answers when the test opens its gate"),
     ]
 }
 

@@ -10,9 +10,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use codemode_runtime::{CodeModeRuntime, RuntimeOptions, ToolPolicy, ToolSource};
+use codemode_runtime::{CodeModeRuntime, RuntimeOptions, ToolPolicy};
 use common::{
-    Behaviour, Scripted, context, eventually, exec, runtime_with, session, session_in, tool, wait,
+    Behaviour, Scripted, context, eventually, exec, runtime_with, session, session_in, tool_at,
+    wait,
 };
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -30,14 +31,9 @@ fn quick() -> &'static CodeModeRuntime {
 
 fn tools() -> Vec<codemode_runtime::ToolDefinition> {
     vec![
-        tool(
-            ToolSource::Client,
-            "app",
-            "gated",
-            "Answers when the test opens its gate",
-        ),
-        tool(ToolSource::Client, "app", "other_gate", "A second gate"),
-        tool(ToolSource::Openclaw, "core", "echo", "Echo"),
+        tool_at("client:app:gated", "Answers when the test opens its gate"),
+        tool_at("client:app:other_gate", "A second gate"),
+        tool_at("openclaw:core:echo", "Echo"),
     ]
 }
 

@@ -462,41 +462,28 @@ mod tests {
         ToolDefinition::new(source, owner, name).with_description(description)
     }
 
+    /// One tool per `(source, owner, name, description)`.
+    fn tools(rows: &[(ToolSource, &str, &str, &str)]) -> Vec<ToolDefinition> {
+        rows.iter()
+            .map(|&(source, owner, name, description)| tool(source, owner, name, description))
+            .collect()
+    }
+
+    /// Core, plugin, MCP and client tools, two control tools, and `read`
+    /// twice (core and plugin).
     fn sample() -> Catalog {
-        Catalog::build(
-            vec![
-                tool(
-                    ToolSource::Client,
-                    "app",
-                    "select_file",
-                    "Let the user pick a file",
-                ),
-                tool(ToolSource::Openclaw, "core", "read", "Read a local file"),
-                tool(
-                    ToolSource::Plugin,
-                    "browser",
-                    "browser_request",
-                    "Fetch a web page",
-                ),
-                tool(
-                    ToolSource::Mcp,
-                    "github",
-                    "create_issue",
-                    "Create a GitHub issue",
-                ),
-                tool(ToolSource::Openclaw, "core", "exec", "Run a shell command"),
-                tool(ToolSource::Openclaw, "core", "tool_search", "search"),
-                tool(ToolSource::Plugin, "x", "wait", "wait"),
-                tool(
-                    ToolSource::Plugin,
-                    "files",
-                    "read",
-                    "Read a file from storage",
-                ),
-            ],
-            &ToolPolicy::default(),
-        )
-        .unwrap()
+        use ToolSource::{Client, Mcp, Openclaw, Plugin};
+        let rows = [
+            (Client, "app", "select_file", "Let the user pick a file"),
+            (Openclaw, "core", "read", "Read a local file"),
+            (Plugin, "browser", "browser_request", "Fetch a web page"),
+            (Mcp, "github", "create_issue", "Create a GitHub issue"),
+            (Openclaw, "core", "exec", "Run a shell command"),
+            (Openclaw, "core", "tool_search", "search"),
+            (Plugin, "x", "wait", "wait"),
+            (Plugin, "files", "read", "Read a file from storage"),
+        ];
+        Catalog::build(tools(&rows), &ToolPolicy::default()).unwrap()
     }
 
     #[test]
@@ -581,22 +568,15 @@ mod tests {
 
     #[test]
     fn search_ranks_exact_then_name_then_id_label_description() {
-        let c = Catalog::build(
-            vec![
-                tool(
-                    ToolSource::Openclaw,
-                    "core",
-                    "notes",
-                    "mentions file in text",
-                ),
-                tool(ToolSource::Openclaw, "core", "file", ""),
-                tool(ToolSource::Openclaw, "core", "file_read", ""),
-                tool(ToolSource::Plugin, "file", "zzz", ""),
-                ToolDefinition::new(ToolSource::Openclaw, "core", "yyy").with_label("File picker"),
-            ],
-            &ToolPolicy::default(),
-        )
-        .unwrap();
+        use ToolSource::{Openclaw, Plugin};
+        let mut defs = tools(&[
+            (Openclaw, "core", "notes", "mentions file in text"),
+            (Openclaw, "core", "file", ""),
+            (Openclaw, "core", "file_read", ""),
+            (Plugin, "file", "zzz", ""),
+        ]);
+        defs.push(ToolDefinition::new(Openclaw, "core", "yyy").with_label("File picker"));
+        let c = Catalog::build(defs, &ToolPolicy::default()).unwrap();
         let ids: Vec<&str> = c.search("file", 10).iter().map(|e| e.id.as_str()).collect();
         assert_eq!(
             ids,
@@ -651,16 +631,8 @@ mod tests {
     fn bad_definitions_are_named() {
         let err = Catalog::build(
             vec![ToolDefinition {
-                source: ToolSource::Plugin,
                 source_name: None,
-                name: "x".into(),
-                label: None,
-                description: String::new(),
-                parameters: Value::Null,
-                needs_approval: false,
-                annotations: Value::Null,
-                direct_only: false,
-                output_schema: Value::Null,
+                ..ToolDefinition::new(ToolSource::Plugin, "", "x")
             }],
             &ToolPolicy::default(),
         )

@@ -595,26 +595,37 @@ mod tests {
             .collect()
     }
 
+    /// Asserts of each `(cell, expected)` that the cell's first problem
+    /// contains `expected`.
+    fn assert_first_problems(cases: &[(&str, &str)]) {
+        for &(cell, expected) in cases {
+            let problems = check(cell);
+            assert!(
+                problems.first().is_some_and(|p| p.contains(expected)),
+                "{cell}: {expected:?} not in {problems:?}"
+            );
+        }
+    }
+
     #[test]
     fn raw_and_misspelled_mcp_names_get_the_binding() {
-        let raw = check("await MCP.notes.delete_note({ id: 'a', new_title: 'b' })");
-        assert_eq!(raw.len(), 1);
-        assert!(
-            raw[0].contains("did you mean MCP.notes.deleteNote (the MCP name \"delete_note\""),
-            "{raw:?}"
-        );
-        let typo = check("await MCP.notes.deleteNotes({ id: 'a', new_title: 'b' })");
-        assert!(
-            typo[0].contains("did you mean MCP.notes.deleteNote?"),
-            "{typo:?}"
-        );
-        let server = check("await MCP.note.deleteNote({})");
-        assert!(server[0].contains("did you mean MCP.notes?"), "{server:?}");
-        let elsewhere = check("await MCP.notes.searchIssues({})");
-        assert!(
-            elsewhere[0].contains("another server has it: MCP.github.searchIssues"),
-            "{elsewhere:?}"
-        );
+        let raw = "await MCP.notes.delete_note({ id: 'a', new_title: 'b' })";
+        assert_eq!(check(raw).len(), 1);
+        assert_first_problems(&[
+            (
+                raw,
+                "did you mean MCP.notes.deleteNote (the MCP name \"delete_note\"",
+            ),
+            (
+                "await MCP.notes.deleteNotes({ id: 'a', new_title: 'b' })",
+                "did you mean MCP.notes.deleteNote?",
+            ),
+            ("await MCP.note.deleteNote({})", "did you mean MCP.notes?"),
+            (
+                "await MCP.notes.searchIssues({})",
+                "another server has it: MCP.github.searchIssues",
+            ),
+        ]);
     }
 
     #[test]
@@ -629,17 +640,15 @@ mod tests {
             !missing[0].contains("`mode`"),
             "defaults fill keys: {missing:?}"
         );
-        let typed =
-            check("await MCP.notes.renameNote({ id: 1, new_title: 'b', count: 1.5, any: true })");
-        assert!(
-            typed[0].contains("`id` is a whole number but the schema wants string"),
-            "{typed:?}"
-        );
-        assert!(
-            typed[0].contains("`count` is a number with a fraction but the schema wants integer"),
-            "{typed:?}"
-        );
-        assert!(!typed[0].contains("`any`"), "{typed:?}");
+        let typed = "await MCP.notes.renameNote({ id: 1, new_title: 'b', count: 1.5, any: true })";
+        assert_first_problems(&[
+            (typed, "`id` is a whole number but the schema wants string"),
+            (
+                typed,
+                "`count` is a number with a fraction but the schema wants integer",
+            ),
+        ]);
+        assert!(!check(typed)[0].contains("`any`"), "{typed}");
         let tools = check(
             "await tools.read_file({ new_title: 'x', id: 'y', count: 2 }); await tools.call('plugin:files:read_file', { id: 'x' })",
         );
@@ -653,23 +662,21 @@ mod tests {
 
     #[test]
     fn unknown_tools_ids_and_conveniences_are_named() {
-        let unknown = check("await tools.read_files({})");
-        assert!(
-            unknown[0].contains("did you mean tools.read_file?"),
-            "{unknown:?}"
-        );
-        let dup = check("await tools.dup({})");
-        assert!(
-            dup[0].contains("tools.call(\"plugin:a:dup\", input)"),
-            "{dup:?}"
-        );
-        let id = check("await tools.call('plugin:files:read_fil', {})");
-        assert!(
-            id[0].contains("did you mean \"plugin:files:read_file\""),
-            "{id:?}"
-        );
-        let mcp_id = check("await tools.describe('mcp:notes:delete_note')");
-        assert!(mcp_id[0].contains("is an MCP tool"), "{mcp_id:?}");
+        assert_first_problems(&[
+            (
+                "await tools.read_files({})",
+                "did you mean tools.read_file?",
+            ),
+            ("await tools.dup({})", "tools.call(\"plugin:a:dup\", input)"),
+            (
+                "await tools.call('plugin:files:read_fil', {})",
+                "did you mean \"plugin:files:read_file\"",
+            ),
+            (
+                "await tools.describe('mcp:notes:delete_note')",
+                "is an MCP tool",
+            ),
+        ]);
     }
 
     #[test]

@@ -125,6 +125,31 @@ pub fn tool(source: ToolSource, owner: &str, name: &str, description: &str) -> T
         .with_parameters(json!({"type": "object", "properties": {"n": {"type": "number"}}}))
 }
 
+/// A tool from its catalog id `source:owner:name`, as [`tool`] makes it.
+pub fn tool_at(id: &str, description: &str) -> ToolDefinition {
+    let parts: Vec<&str> = id.splitn(3, ':').collect();
+    let [source, owner, name] = parts[..] else {
+        panic!("{id} is not source:owner:name")
+    };
+    let source = ToolSource::parse(source).unwrap_or_else(|| panic!("{id}: unknown source"));
+    tool(source, owner, name, description)
+}
+
+/// Asserts that `messages` is an array of as many strings as `expected`,
+/// each containing its counterpart.
+pub fn assert_each_contains(messages: &Value, expected: &[&str]) {
+    let messages: Vec<&str> = messages
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {messages}"))
+        .iter()
+        .map(|m| m.as_str().unwrap_or_else(|| panic!("not a string: {m}")))
+        .collect();
+    assert_eq!(messages.len(), expected.len(), "{messages:?}");
+    for (message, part) in messages.iter().zip(expected) {
+        assert!(message.contains(part), "{part:?} not in {messages:?}");
+    }
+}
+
 pub fn runtime_with(config: &str, options: RuntimeOptions) -> CodeModeRuntime {
     let (config, _) = CodeModeConfig::from_json5(config).unwrap();
     CodeModeRuntime::with_options(config, options).expect("runtime starts")
