@@ -128,10 +128,16 @@ impl StreamableHttpClient for TraceHeaders {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, Error> {
-        let headers = with_trace_headers(&message, custom_headers);
-        self.0
-            .post_message(uri, message, session_id, auth_header, headers)
-            .await
+        // As the inner client's own `post_message`: the default limits.
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
     }
 
     // `post_message_with_max_sse_event_size` keeps its default: the

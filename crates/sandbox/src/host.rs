@@ -319,87 +319,33 @@ fn fd_write(
 /// Fails only if wasmtime rejects a definition (a bug in this file).
 pub(crate) fn define_imports(linker: &mut Linker<HostState>) -> Result<(), SandboxError> {
     let engine_err = |e: wasmtime::Error| SandboxError::Engine(format!("defining imports: {e}"));
-    linker
-        .func_wrap("codemode", "request", request)
-        .map_err(engine_err)?;
-    linker
-        .func_wrap("codemode", "emit", emit)
-        .map_err(engine_err)?;
-
+    /// `module`: `name` => host function, one line per import.
+    macro_rules! imports {
+        ($($module:expr, $name:literal => $func:expr;)*) => {
+            $(linker.func_wrap($module, $name, $func).map_err(engine_err)?;)*
+        };
+    }
+    type Guest<'a> = Caller<'a, HostState>;
     let wasi = "wasi_snapshot_preview1";
-    linker
-        .func_wrap(wasi, "clock_time_get", clock_time_get)
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(wasi, "random_get", random_get)
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(wasi, "environ_sizes_get", zero_sizes)
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(wasi, "args_sizes_get", zero_sizes)
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(
-            wasi,
-            "environ_get",
-            |_: Caller<'_, HostState>, _: u32, _: u32| Ok(WASI_OK),
-        )
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(
-            wasi,
-            "args_get",
-            |_: Caller<'_, HostState>, _: u32, _: u32| Ok(WASI_OK),
-        )
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(wasi, "fd_write", fd_write)
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(wasi, "fd_close", |_: Caller<'_, HostState>, _: i32| {
-            Ok(WASI_EBADF)
-        })
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(
-            wasi,
-            "fd_fdstat_get",
-            |_: Caller<'_, HostState>, _: i32, _: u32| Ok(WASI_EBADF),
-        )
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(
-            wasi,
-            "fd_seek",
-            |_: Caller<'_, HostState>, _: i32, _: i64, _: i32, _: u32| Ok(WASI_EBADF),
-        )
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(
-            wasi,
-            "fd_prestat_get",
-            |_: Caller<'_, HostState>, _: i32, _: u32| Ok(WASI_EBADF),
-        )
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(
-            wasi,
-            "fd_prestat_dir_name",
-            |_: Caller<'_, HostState>, _: i32, _: u32, _: u32| Ok(WASI_EBADF),
-        )
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(
-            wasi,
-            "proc_exit",
-            |mut caller: Caller<'_, HostState>, _: i32| -> HostResult<()> {
-                Err(stop(&mut caller, Interrupt::ProcExit))
-            },
-        )
-        .map_err(engine_err)?;
-    linker
-        .func_wrap(wasi, "sched_yield", |_: Caller<'_, HostState>| Ok(WASI_OK))
-        .map_err(engine_err)?;
+    imports! {
+        "codemode", "request" => request;
+        "codemode", "emit" => emit;
+        wasi, "clock_time_get" => clock_time_get;
+        wasi, "random_get" => random_get;
+        wasi, "environ_sizes_get" => zero_sizes;
+        wasi, "args_sizes_get" => zero_sizes;
+        wasi, "environ_get" => |_: Guest<'_>, _: u32, _: u32| Ok(WASI_OK);
+        wasi, "args_get" => |_: Guest<'_>, _: u32, _: u32| Ok(WASI_OK);
+        wasi, "fd_write" => fd_write;
+        wasi, "fd_close" => |_: Guest<'_>, _: i32| Ok(WASI_EBADF);
+        wasi, "fd_fdstat_get" => |_: Guest<'_>, _: i32, _: u32| Ok(WASI_EBADF);
+        wasi, "fd_seek" => |_: Guest<'_>, _: i32, _: i64, _: i32, _: u32| Ok(WASI_EBADF);
+        wasi, "fd_prestat_get" => |_: Guest<'_>, _: i32, _: u32| Ok(WASI_EBADF);
+        wasi, "fd_prestat_dir_name" => |_: Guest<'_>, _: i32, _: u32, _: u32| Ok(WASI_EBADF);
+        wasi, "proc_exit" => |mut caller: Guest<'_>, _: i32| -> HostResult<()> {
+            Err(stop(&mut caller, Interrupt::ProcExit))
+        };
+        wasi, "sched_yield" => |_: Guest<'_>| Ok(WASI_OK);
+    }
     Ok(())
 }

@@ -13,33 +13,28 @@
 (function (natives, guestApi) {
   "use strict";
   const G = globalThis;
-  const stringify = JSON.stringify;
-  const parseJson = JSON.parse;
-  const keysOf = Object.keys;
+  // Intrinsics captured before any cell runs (a cell may replace the
+  // originals; these stay). The guest API gets the common ones through
+  // `bridge.intrinsics`.
+  const { stringify, parse: parseJson } = JSON;
+  const {
+    keys: keysOf,
+    freeze,
+    defineProperty,
+    getPrototypeOf,
+    create: createObject,
+  } = Object;
   const isArray = Array.isArray;
-  const freeze = Object.freeze;
-  const defineProperty = Object.defineProperty;
-  const getPrototypeOf = Object.getPrototypeOf;
-  const ErrorCtor = Error;
-  const TypeErrorCtor = TypeError;
-  const StringCtor = String;
-  const MapProto = Map.prototype;
-  const SetProto = Set.prototype;
-  const DateProto = Date.prototype;
-  const RegExpProto = RegExp.prototype;
-  const PromiseProto = Promise.prototype;
-  const WeakMapCtor = WeakMap;
-  const weakMapGet = WeakMap.prototype.get;
-  const weakMapSet = WeakMap.prototype.set;
-  const weakMapHas = WeakMap.prototype.has;
-  const createObject = Object.create;
+  const isView = ArrayBuffer.isView;
+  const [ErrorCtor, TypeErrorCtor, StringCtor, WeakMapCtor] = [Error, TypeError, String, WeakMap];
+  const [MapProto, SetProto, DateProto, RegExpProto, PromiseProto] =
+    [Map.prototype, Set.prototype, Date.prototype, RegExp.prototype, Promise.prototype];
+  const { get: weakMapGet, set: weakMapSet, has: weakMapHas } = WeakMap.prototype;
   const call = Function.prototype.call.bind(Function.prototype.call);
   const mapEntries = MapProto.entries;
   const setValues = SetProto.values;
-  const dateGetTime = DateProto.getTime;
-  const dateToISOString = DateProto.toISOString;
+  const { getTime: dateGetTime, toISOString: dateToISOString } = DateProto;
   const regexpToString = RegExpProto.toString;
-  const isView = ArrayBuffer.isView;
   const typedArrayProto = getPrototypeOf(Uint8Array.prototype);
   const request = natives.request;
   const emit = natives.emit;
@@ -305,11 +300,23 @@
   // Called once, here, before any cell exists: it defines its globals and
   // returns `install(context)`, called once per run with the run context
   // (host-made JSON, parsed here) before the cell body starts. The bridge is
-  // all it gets of the engine: requests out, and how to define a global.
+  // all it gets of the engine: requests out, how to define a global, and
+  // intrinsics captured before any cell could replace them.
   const bridge = createObject(null);
   bridge.hostRequest = hostRequest;
   bridge.idRequest = idRequest;
   bridge.defineGlobal = defineGlobal;
+  bridge.intrinsics = freeze({
+    __proto__: null,
+    isArray,
+    freeze,
+    defineProperty,
+    createObject,
+    ErrorCtor,
+    TypeErrorCtor,
+    StringCtor,
+    parseJson,
+  });
   const install = guestApi(freeze(bridge));
   if (typeof install !== "function") {
     throw new TypeErrorCtor("the guest API must return its install(context) function");

@@ -30,7 +30,11 @@ pub const PRELUDE_GLOBALS: &[&str] = &["text", "json", "require", "fetch"];
 /// - `idRequest(method, id)`: a function of `input` sending
 ///   `{"method", "params": {"id", "input"}}` (the JSON before the input is
 ///   built once);
-/// - `defineGlobal(name, value)`: a non-writable, non-configurable global.
+/// - `defineGlobal(name, value)`: a non-writable, non-configurable global;
+/// - `intrinsics`: a frozen null-prototype object of intrinsics captured
+///   before any cell could replace them (`isArray`, `freeze`,
+///   `defineProperty`, `createObject`, `ErrorCtor`, `TypeErrorCtor`,
+///   `StringCtor`, `parseJson`).
 ///
 /// It returns `install(context)`, called once per run with the parsed run
 /// context (the JSON text given to [`crate::Sandbox::start_with_context`]),

@@ -13,17 +13,17 @@
 // captured before any cell runs).
 (function (bridge) {
   "use strict";
-  const hostRequest = bridge.hostRequest;
-  const idRequest = bridge.idRequest;
-  const defineGlobal = bridge.defineGlobal;
-  const isArray = Array.isArray;
-  const freeze = Object.freeze;
-  const defineProperty = Object.defineProperty;
-  const createObject = Object.create;
-  const TypeErrorCtor = TypeError;
-  const ErrorCtor = Error;
-  const StringCtor = String;
-  const parseJson = JSON.parse;
+  const { hostRequest, idRequest, defineGlobal } = bridge;
+  const {
+    isArray,
+    freeze,
+    defineProperty,
+    createObject,
+    TypeErrorCtor,
+    ErrorCtor,
+    StringCtor,
+    parseJson,
+  } = bridge.intrinsics;
   const WeakSetCtor = WeakSet;
   const promiseThen = Promise.prototype.then;
   const ProxyCtor = Proxy;

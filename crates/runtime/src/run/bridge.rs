@@ -143,12 +143,14 @@ pub(crate) fn handle_request(
         }
         BridgeRequest::Search { query, limit } => search(state, &query, limit),
         BridgeRequest::Describe { id: tool } => describe(state, &tool),
-        BridgeRequest::Call { id: tool, input } => match call(ctx, state, id, &tool, input) {
-            Some(reply) => reply,
-            None => return,
-        },
+        BridgeRequest::Call { id: tool, input } => {
+            match call(ctx, state, id, (Via::Tools, &tool), input) {
+                Some(reply) => reply,
+                None => return,
+            }
+        }
         BridgeRequest::McpCall { id: tool, input } => {
-            match mcp_call(ctx, state, id, &tool, input) {
+            match call(ctx, state, id, (Via::Mcp, &tool), input) {
                 Some(reply) => reply,
                 None => return,
             }
@@ -374,21 +376,6 @@ fn start_tool_call(
     )
 }
 
-/// `tools.call(id, input)`; `None` when the call is now in flight.
-fn call(
-    ctx: &DriveCtx,
-    state: &mut RunState,
-    request_id: u32,
-    id: &str,
-    input: Value,
-) -> Option<Settlement> {
-    let entry = match state.catalog.callable(id) {
-        Ok(entry) => Arc::clone(entry),
-        Err(message) => return nested_failure(format!("tools.call: {message}")),
-    };
-    start_tool_call(ctx, state, request_id, &entry, input)
-}
-
 /// `<Namespace>.<path>(...args)`: the host resolves the namespace id and
 /// path the guest sent against this run's namespaces (a forged one is
 /// refused), maps the arguments to the input, and runs the catalog tool
@@ -440,30 +427,48 @@ fn mcp_label(catalog: &Catalog, entry: &CatalogEntry) -> String {
         .unwrap_or_else(|| entry.id.clone())
 }
 
-/// `MCP.<server>.<tool>(input)`: resolved to the exact MCP catalog id, its
-/// input checked against the schema's top level; `None` when in flight.
-fn mcp_call(
+/// How the guest named a catalog tool.
+#[derive(Clone, Copy)]
+enum Via {
+    /// `tools.call(id, input)` (or a convenience function).
+    Tools,
+    /// `MCP.<server>.<tool>(input)`: resolved by the guest to the exact MCP
+    /// catalog id; the input is checked against the schema's top level.
+    Mcp,
+}
+
+/// A call of catalog tool `id`; `None` when the call is now in flight.
+fn call(
     ctx: &DriveCtx,
     state: &mut RunState,
     request_id: u32,
-    id: &str,
+    (via, id): (Via, &str),
     input: Value,
 ) -> Option<Settlement> {
-    let entry = match state.catalog.get(id) {
-        Some(entry) if entry.source == ToolSource::Mcp => Arc::clone(entry),
-        _ => {
-            return nested_failure(format!(
-                "no MCP tool \"{id}\" in this run; see API.list(\"mcp\") for the servers and tools"
-            ));
-        }
+    let entry = match via {
+        Via::Tools => match state.catalog.callable(id) {
+            Ok(entry) => Arc::clone(entry),
+            Err(message) => return nested_failure(format!("tools.call: {message}")),
+        },
+        Via::Mcp => match state.catalog.get(id) {
+            Some(entry) if entry.source == ToolSource::Mcp => Arc::clone(entry),
+            _ => {
+                return nested_failure(format!(
+                    "no MCP tool \"{id}\" in this run; see API.list(\"mcp\") for the servers and tools"
+                ));
+            }
+        },
     };
-    let input = match crate::catalog::mcp::prepare_input(
-        || mcp_label(&state.catalog, &entry),
-        &entry.parameters,
-        input,
-    ) {
-        Ok(input) => input,
-        Err(message) => return nested_failure(message),
+    let input = match via {
+        Via::Tools => input,
+        Via::Mcp => match crate::catalog::mcp::prepare_input(
+            || mcp_label(&state.catalog, &entry),
+            &entry.parameters,
+            input,
+        ) {
+            Ok(input) => input,
+            Err(message) => return nested_failure(message),
+        },
     };
     start_tool_call(ctx, state, request_id, &entry, input)
 }

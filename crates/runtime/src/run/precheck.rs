@@ -43,24 +43,34 @@ pub(crate) struct Problem {
 /// most [`MAX_LISTED`] + 1 (the refusal lists the first ones; finding
 /// suggestions for thousands would cost more than they are worth).
 pub(crate) fn problems(refs: &CellReferences, catalog: &Catalog) -> Vec<Problem> {
-    let mut found = Vec::new();
-    for used in &refs.uses {
-        if found.len() > MAX_LISTED {
-            break;
-        }
+    listed(refs, |used| {
         let Usage::Called {
             args,
             handled: false,
         } = &used.usage
         else {
-            continue;
+            return None;
         };
-        let message = match used.root.as_str() {
+        match used.root.as_str() {
             "MCP" => mcp_call(refs, catalog, used, args),
             "tools" => tools_call(refs, catalog, used, args),
             _ => None,
-        };
-        if let Some(message) = message {
+        }
+    })
+}
+
+/// The problems `check` finds in the cell's uses, in source order, at
+/// most [`MAX_LISTED`] + 1.
+fn listed(
+    refs: &CellReferences,
+    mut check: impl FnMut(&GlobalUse) -> Option<String>,
+) -> Vec<Problem> {
+    let mut found = Vec::new();
+    for used in &refs.uses {
+        if found.len() > MAX_LISTED {
+            break;
+        }
+        if let Some(message) = check(used) {
             found.push(Problem {
                 line: used.line,
                 column: used.column,
@@ -89,43 +99,29 @@ pub(crate) fn namespace_problems(
                 .collect()
         })
         .unwrap_or_default();
-    let mut found = Vec::new();
-    for used in &refs.uses {
-        if found.len() > MAX_LISTED {
-            break;
-        }
+    listed(refs, |used| {
         if !matches!(used.usage, Usage::Called { handled: false, .. }) {
-            continue;
+            return None;
         }
         let (global, path) = if used.root == NAMESPACES_GLOBAL {
-            match used.path.split_first() {
-                Some((global, rest)) => (global.as_str(), rest),
-                None => continue,
-            }
+            let (global, rest) = used.path.split_first()?;
+            (global.as_str(), rest)
         } else if trees.iter().any(|(g, _)| *g == used.root) {
             (used.root.as_str(), used.path.as_slice())
         } else {
-            continue;
+            return None;
         };
         if refs.mentioned(&used.root, &used.path) {
-            continue;
+            return None;
         }
-        let message = match trees.iter().find(|(g, _)| *g == global) {
+        match trees.iter().find(|(g, _)| *g == global) {
             None => Some(format!(
                 "namespaces.{global} is not a plugin namespace of this run; its namespaces: {}",
                 trees.iter().map(|(g, _)| *g).collect::<Vec<_>>().join(", ")
             )),
             Some((_, tree)) => missing_member(global, tree, path),
-        };
-        if let Some(message) = message {
-            found.push(Problem {
-                line: used.line,
-                column: used.column,
-                message,
-            });
         }
-    }
-    found
+    })
 }
 
 /// The first segment of `path` an object node of the scope tree does not
