@@ -159,6 +159,23 @@ pub(crate) async fn require_token(
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    // One Authorization header: with two (a good and a bad one) it is
+    // ambiguous which one a proxy or a later reader would honour.
+    if request
+        .headers()
+        .get_all(http::header::AUTHORIZATION)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        tracing::warn!(target: "codemode::auth", reason = "more than one Authorization header", "request refused");
+        crate::metrics::auth_failure();
+        return unauthorized(
+            &auth,
+            true,
+            Some("the request carries more than one Authorization header; send exactly one"),
+        );
+    }
     let header = request
         .headers()
         .get(http::header::AUTHORIZATION)
@@ -246,6 +263,83 @@ mod tests {
             let (equal, steps) = compare(&token, other);
             assert_eq!(equal, other == &token[..]);
             assert_eq!(steps, token.len(), "no early exit");
+        }
+    }
+
+    /// The middleware in front of a route that answers with the request's
+    /// principal, served on a loopback port.
+    async fn guarded_server() -> std::net::SocketAddr {
+        let auth = Arc::new(ClientAuth::new(
+            vec![BearerToken {
+                name: "alice".into(),
+                token: crate::Secret::new("alice-token-0123456789"),
+            }],
+            None,
+            Arc::new(LocalSessionManager::default()),
+            16,
+        ));
+        let app = axum::Router::new()
+            .route(
+                "/",
+                axum::routing::post(|request: axum::extract::Request| async move {
+                    request
+                        .extensions()
+                        .get::<Principal>()
+                        .map(|p| p.0.clone())
+                        .unwrap_or_default()
+                }),
+            )
+            .layer(axum::middleware::from_fn(move |request, next| {
+                require_token(Arc::clone(&auth), request, next)
+            }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        addr
+    }
+
+    #[tokio::test]
+    async fn the_middleware_admits_exactly_one_valid_token() {
+        let addr = guarded_server().await;
+        crate::install_tls_provider();
+        let client = reqwest::Client::new();
+        let send = |headers: Vec<&'static str>| {
+            // `header` appends: two calls send two Authorization headers.
+            let request = headers
+                .into_iter()
+                .fold(client.post(format!("http://{addr}/")), |request, value| {
+                    request.header(http::header::AUTHORIZATION, value)
+                });
+            async move {
+                let response = request.send().await.unwrap();
+                (response.status().as_u16(), response.text().await.unwrap())
+            }
+        };
+        const GOOD: &str = "Bearer alice-token-0123456789";
+        const BAD: &str = "Bearer mallory-token-0123456";
+        assert_eq!(send(vec![GOOD]).await, (200, "alice".into()));
+        assert_eq!(
+            send(vec!["Bearer   alice-token-0123456789  "]).await,
+            (200, "alice".into()),
+            "surrounding spaces are not part of the token"
+        );
+        for (headers, why) in [
+            (vec![], "no header"),
+            (vec![BAD], "an unknown token"),
+            (vec!["Basic YWxpY2U6cHc="], "another scheme"),
+            (vec![GOOD, BAD], "a good and a bad header"),
+            (vec![BAD, GOOD], "a bad and a good header"),
+            (vec![GOOD, GOOD], "the good header twice"),
+        ] {
+            let duplicate = headers.len() > 1;
+            let (status, body) = send(headers).await;
+            assert_eq!(status, 401, "{why}: {body}");
+            assert!(body.starts_with("Unauthorized"), "{why}: {body}");
+            assert_eq!(
+                body.contains("more than one Authorization header"),
+                duplicate,
+                "{why}: {body}"
+            );
         }
     }
 

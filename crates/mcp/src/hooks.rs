@@ -19,6 +19,10 @@ use crate::config::{HookConfig, HookTarget};
 /// The longest decision a hook may print or return.
 pub const MAX_HOOK_REPLY_BYTES: usize = 1024 * 1024;
 
+/// How long the rest of a command hook's output is read for after it
+/// exited (what it wrote before exiting is already in the pipe).
+const EXITED_READ_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The gateway's `before_tool_call` hook.
 pub struct ConfiguredHook {
     config: HookConfig,
@@ -122,11 +126,21 @@ async fn run_command(command: &[String], body: &Value) -> Result<Vec<u8>, String
             let _ = err.take(4096).read_to_end(&mut stderr).await;
         }
     };
-    tokio::join!(read_out, read_err);
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| format!("waiting for `{program}` failed: {e}"))?;
+    let status = {
+        let reading = async { tokio::join!(read_out, read_err) };
+        tokio::pin!(reading);
+        tokio::select! {
+            ((), ()) = &mut reading => child.wait().await,
+            status = child.wait() => {
+                // The hook has exited: its answer is in the pipe. A child
+                // it left behind may hold the pipe open, so EOF is not
+                // waited for long (the process group is killed on return).
+                let _ = tokio::time::timeout(EXITED_READ_GRACE, &mut reading).await;
+                status
+            }
+        }
+    }
+    .map_err(|e| format!("waiting for `{program}` failed: {e}"))?;
     if !status.success() {
         let said = String::from_utf8_lossy(&stderr);
         let first = said.lines().next().unwrap_or("").trim();
@@ -220,13 +234,15 @@ async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Result<Vec<u8>
 /// What is wrong with it, for the model and the log.
 pub fn parse_decision(reply: &[u8]) -> Result<HookDecision, String> {
     const EXPECTED: &str = "expected {\"decision\": \"allow\"}, {\"decision\": \"block\", \"reason\": \"...\"} or {\"decision\": \"rewrite\", \"input\": {...}}";
-    let value: Value = serde_json::from_slice(reply).map_err(|e| {
-        if reply.iter().all(u8::is_ascii_whitespace) {
-            format!("it answered nothing; {EXPECTED}")
-        } else {
-            format!("its answer is not JSON ({e}); {EXPECTED}")
-        }
-    })?;
+    let value: Value = serde_json::from_slice::<UniqueKeys>(reply)
+        .map(|UniqueKeys(value)| value)
+        .map_err(|e| {
+            if reply.iter().all(u8::is_ascii_whitespace) {
+                format!("it answered nothing; {EXPECTED}")
+            } else {
+                format!("its answer is not JSON with unique keys ({e}); {EXPECTED}")
+            }
+        })?;
     let Some(object) = value.as_object() else {
         return Err(format!("its answer is not an object; {EXPECTED}"));
     };
@@ -251,6 +267,81 @@ pub fn parse_decision(reply: &[u8]) -> Result<HookDecision, String> {
             )),
         },
         _ => Err(format!("its answer has no known `decision`; {EXPECTED}")),
+    }
+}
+
+/// A JSON value read with every object's keys unique. A decision is a
+/// security answer: `{"decision":"block","decision":"allow"}` means
+/// different things to different parsers (serde_json keeps the last), so
+/// it is refused rather than guessed.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<UniqueKeys, D::Error> {
+        deserializer
+            .deserialize_any(UniqueKeysVisitor)
+            .map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let UniqueKeys(value) = map.next_value()?;
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key `{}` appears twice",
+                    bounded_reason(&key)
+                )));
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -386,6 +477,28 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_command_hook_counts_when_it_exits_though_a_child_holds_its_output() {
+        // `sleep` inherits stdout and keeps it open long after `sh` exits:
+        // waiting for EOF would turn the answer into a timeout.
+        let hook = ConfiguredHook::new(HookConfig {
+            target: HookTarget::Command(vec![
+                "sh".into(),
+                "-c".into(),
+                r#"echo '{"decision":"block","reason":"said before exit"}'; sleep 30 & exit 0"#
+                    .into(),
+            ]),
+            timeout: Duration::from_secs(10),
+        });
+        // Waiting for EOF would end in the timeout's block reason instead.
+        assert_eq!(
+            hook.before_tool_call(event("a")).await,
+            HookDecision::Block {
+                reason: "said before exit".into()
+            }
+        );
+    }
+
     #[test]
     fn decisions_parse_and_everything_else_is_refused_with_the_expected_form() {
         assert_eq!(
@@ -413,6 +526,14 @@ mod tests {
             br#"{"decision":"rewrite","input":3}"#,
         ] {
             let err = parse_decision(bad).unwrap_err();
+            assert!(err.contains("expected {\"decision\""), "{err}");
+        }
+        for twice in [
+            &br#"{"decision":"block","decision":"allow"}"#[..],
+            br#"{"decision":"rewrite","input":{"path":"/tmp","path":"/etc"}}"#,
+        ] {
+            let err = parse_decision(twice).unwrap_err();
+            assert!(err.contains("appears twice"), "{err}");
             assert!(err.contains("expected {\"decision\""), "{err}");
         }
         let long = format!(r#"{{"decision":"block","reason":"{}"}}"#, "é".repeat(2000));

@@ -118,9 +118,11 @@ pub(crate) fn parse_auth(
             Value::Object(entry) => {
                 BEARER_TOKEN.check(&path, entry, errors, diagnostics);
                 match (entry.get("name"), entry.get("token")) {
-                    (Some(Value::String(name)), Some(Value::String(token)))
-                        if !name.trim().is_empty() && name.len() <= 128 =>
-                    {
+                    (Some(Value::String(name)), Some(Value::String(token))) => {
+                        if let Err(message) = check_token_name(name) {
+                            errors.push(error(&join(&path, "name"), &message));
+                            continue;
+                        }
                         (name.clone(), token.clone())
                     }
                     _ => {
@@ -145,6 +147,15 @@ pub(crate) fn parse_auth(
             }
         };
         // Never echo the token itself: it is a secret.
+        if let Some(problem) = unusable_token(&token) {
+            errors.push(ConfigError {
+                path,
+                message: format!(
+                    "the token {problem}, so no client could ever send it in an `Authorization: Bearer` header; use a long random value (e.g. `openssl rand -hex 32`)"
+                ),
+            });
+            continue;
+        }
         if token.len() < MIN_BEARER_TOKEN_BYTES {
             errors.push(ConfigError {
                 path,
@@ -179,6 +190,39 @@ pub(crate) fn parse_auth(
         max_concurrent_execs,
         max_suspended_runs,
     })
+}
+
+/// Why a bearer token's name cannot be used: it names the principal in
+/// logs, metrics and run ownership, so it is one printable line, and it
+/// has no `:` — OAuth principals are `oauth:<subject>`, and a token named
+/// `oauth:alice` would own (and resume) the runs of OAuth user `alice`.
+fn check_token_name(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() || name.len() > 128 {
+        Err("expected a name of 1 to 128 bytes, like \"alice\"".into())
+    } else if name.chars().any(char::is_control) {
+        Err("the name has control characters (a newline would forge lines in the log); use one printable line".into())
+    } else if name.contains(':') {
+        Err("the name has `:`, which separates a principal's kind (`oauth:<subject>` is an OAuth user); use a plain name like \"ci-bot\"".into())
+    } else if name.trim() != name {
+        Err("the name starts or ends with whitespace".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// What makes a token impossible to present: a client sends
+/// `Authorization: Bearer <token>`, which the gateway reads as one trimmed
+/// run of visible ASCII.
+fn unusable_token(token: &str) -> Option<&'static str> {
+    if token.chars().any(|c| c.is_control()) {
+        Some("has control characters")
+    } else if token.chars().any(char::is_whitespace) {
+        Some("has whitespace")
+    } else if !token.is_ascii() {
+        Some("has characters outside ASCII")
+    } else {
+        None
+    }
 }
 
 fn parse_oauth(

@@ -518,3 +518,49 @@ fn expansion() {
     assert!(expand("${1x}", &env).is_err());
     assert!(expand("${OPEN", &env).is_err());
 }
+
+#[test]
+fn bearer_tokens_and_names_that_could_never_work_are_refused() {
+    let env = |name: &str| match name {
+        "SPACES" => Some(" ".repeat(16)),
+        "PADDED" => Some("  a-token-long-enough-0123  ".into()),
+        "NEWLINE" => Some("a-token-long-enough\n0123".into()),
+        _ => Some("a-token-long-enough-0123456789".into()),
+    };
+    let text = r#"{ auth: { bearerTokens: [
+        "${SPACES}", "${PADDED}", "${NEWLINE}",
+        { name: "oauth:alice", token: "${OK}" },
+        { name: "bob\nINFO forged line", token: "${OK}" },
+        { name: " carol", token: "${OK}" },
+    ] } }"#;
+    let err = parse_config(text, &env).unwrap_err();
+    let found: Vec<(&str, &str)> = err
+        .errors
+        .iter()
+        .map(|e| (e.path.as_str(), e.message.as_str()))
+        .collect();
+    let expect = [
+        ("auth.bearerTokens[0]", "has whitespace"),
+        ("auth.bearerTokens[1]", "has whitespace"),
+        ("auth.bearerTokens[2]", "has control characters"),
+        ("auth.bearerTokens[3].name", "has `:`"),
+        ("auth.bearerTokens[4].name", "control characters"),
+        ("auth.bearerTokens[5].name", "whitespace"),
+    ];
+    assert_eq!(found.len(), expect.len(), "{found:?}");
+    for ((path, message), (want_path, want)) in found.iter().zip(expect) {
+        assert_eq!(*path, want_path, "{found:?}");
+        assert!(message.contains(want), "{path}: {message}");
+        assert!(
+            !message.contains("a-token-long-enough"),
+            "never echo a token: {message}"
+        );
+    }
+    // A well-formed token and name still load.
+    let (config, _) = parse_config(
+        r#"{ auth: { bearerTokens: [{ name: "ci-bot", token: "${OK}" }] } }"#,
+        &env,
+    )
+    .unwrap();
+    assert_eq!(config.auth.unwrap().bearer_tokens[0].name, "ci-bot");
+}

@@ -205,11 +205,27 @@ pub(crate) fn record_call(tool: &str, result: &CodeModeResult, seconds: f64) {
             .unwrap_or_else(|| "unknown".into());
         m.nested
             .get_or_create(&NestedLabels {
-                server: server.to_owned(),
+                server: label(server),
                 outcome,
             })
             .inc();
     }
+}
+
+/// `text` as a label value of the text exposition: `prometheus-client`
+/// writes label values as they are, and a server name may hold `"` or `\`
+/// (or a scrape would not parse).
+fn label(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A nested call took `seconds` at upstream `server`.
@@ -217,7 +233,7 @@ pub(crate) fn record_nested(server: &str, seconds: f64) {
     metrics()
         .nested_seconds
         .get_or_create(&ServerLabels {
-            server: server.to_owned(),
+            server: label(server),
         })
         .observe(seconds);
 }
@@ -227,7 +243,7 @@ pub(crate) fn upstream_restart(server: &str) {
     metrics()
         .upstream_restarts
         .get_or_create(&ServerLabels {
-            server: server.to_owned(),
+            server: label(server),
         })
         .inc();
 }
@@ -246,7 +262,7 @@ pub(crate) fn render(now: Snapshot<'_>) -> String {
     for (server, up) in now.upstreams {
         m.upstream_up
             .get_or_create(&ServerLabels {
-                server: server.to_owned(),
+                server: label(server),
             })
             .set(i64::from(up));
     }
@@ -277,6 +293,21 @@ pub(crate) fn render(now: Snapshot<'_>) -> String {
 mod tests {
     use super::*;
     use codemode_runtime::{ErrorCode, Telemetry};
+
+    #[test]
+    fn server_names_are_escaped_in_labels() {
+        assert_eq!(label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(label("a\nb"), r"a\nb");
+        record_nested(r#"quote"and\slash"#, 0.001);
+        let text = render(Snapshot {
+            suspended_runs: 0,
+            durable: None,
+            store_bytes: 0,
+            sessions: 0,
+            upstreams: vec![],
+        });
+        assert!(text.contains(r#"server="quote\"and\\slash""#), "{text}");
+    }
 
     #[test]
     fn results_and_scrapes_render_as_prometheus_text() {
