@@ -105,6 +105,21 @@ impl Drop for ProcessGroupGuard {
     }
 }
 
+/// Why a handshake failed: the SDK's error (with the message for the
+/// log), or a failure before the handshake.
+enum Handshake {
+    Failed(Box<rmcp::service::ClientInitializeError>, UpstreamError),
+    Other(UpstreamError),
+}
+
+impl Handshake {
+    fn into_error(self) -> UpstreamError {
+        match self {
+            Handshake::Failed(_, e) | Handshake::Other(e) => e,
+        }
+    }
+}
+
 /// A tool call in flight on this server: where its progress goes and the
 /// client session whose run made it.
 #[derive(Clone)]
@@ -521,70 +536,31 @@ impl Upstream {
             progress: Arc::clone(&self.progress),
             clients: Arc::clone(&self.clients),
         };
+        let mut group = ProcessGroupGuard(None);
+        let running = match self
+            .handshake(handler.clone(), lifecycle(), &mut group)
+            .await
+        {
+            Ok(running) => running,
+            // A server that answers `server/discover` with something that
+            // is not a discover result (some answer every method with
+            // `{}`) is no 2026 server: connect with `initialize` alone.
+            Err(Handshake::Failed(e, why))
+                if matches!(
+                    *e,
+                    rmcp::service::ClientInitializeError::ExpectedInitResult(_)
+                        | rmcp::service::ClientInitializeError::ExpectedInitResponse(_)
+                ) =>
+            {
+                tracing::info!(server = %name, probe = %why, "the server/discover probe got no discover result; connecting with initialize");
+                self.handshake(handler, rmcp::ClientLifecycleMode::Initialize, &mut group)
+                    .await
+                    .map_err(Handshake::into_error)?
+            }
+            Err(other) => return Err(other.into_error()),
+        };
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             UpstreamError(format!("MCP server `{name}`: {what}: {e}"))
-        };
-        let mut group = ProcessGroupGuard(None);
-        let running = match &self.config.transport {
-            Transport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            } => {
-                let cmd = stdio_command(command, args, env, cwd.as_deref());
-                let mut wrapped = process_wrap::tokio::CommandWrap::from(cmd);
-                wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
-                let (transport, stderr, pid) = GuardedChild::spawn(wrapped, name.clone())
-                    .map_err(|e| fail(&format!("starting `{command}`"), &e))?;
-                group.0 = pid.and_then(|pid| i32::try_from(pid).ok());
-                if let Some(stderr) = stderr {
-                    log_stderr(stderr, name.clone());
-                }
-                handler
-                    .serve_with_lifecycle(transport, lifecycle())
-                    .await
-                    .map_err(|e| fail("initialize failed", &e))?
-            }
-            Transport::Http {
-                url,
-                headers,
-                oauth,
-            } => {
-                let custom = header_map(name, headers)?;
-                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                    .custom_headers(custom);
-                let http =
-                    crate::upstream_http::TraceHeaders(crate::upstream_http::reqwest_client());
-                match oauth {
-                    None => handler
-                        .serve_with_lifecycle(
-                            StreamableHttpClientTransport::with_client(http, config),
-                            lifecycle(),
-                        )
-                        .await
-                        .map_err(|e| fail("initialize failed", &e))?,
-                    #[cfg(not(feature = "oauth"))]
-                    Some(_) => {
-                        return Err(UpstreamError(format!(
-                            "MCP server `{name}`: `oauth` needs the `oauth` feature of codemode-mcp, which this build leaves out (the codemode binary has it)"
-                        )));
-                    }
-                    #[cfg(feature = "oauth")]
-                    Some(oauth) => {
-                        let client =
-                            crate::upstream_oauth::authorized_client(name, url, oauth, http)
-                                .await?;
-                        handler
-                            .serve_with_lifecycle(
-                                StreamableHttpClientTransport::with_client(client, config),
-                                lifecycle(),
-                            )
-                            .await
-                            .map_err(|e| fail("initialize failed", &e))?
-                    }
-                }
-            }
         };
         let peer = running.peer().clone();
         peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
@@ -611,6 +587,95 @@ impl Upstream {
             }),
         });
         Ok((running, connection, refresh_rx, group))
+    }
+
+    /// Starts the transport and the MCP handshake in `mode`. A stdio
+    /// server's process group is held by `group` (a retry replaces it,
+    /// killing the first child).
+    async fn handshake(
+        &self,
+        handler: Handler,
+        mode: rmcp::ClientLifecycleMode,
+        group: &mut ProcessGroupGuard,
+    ) -> Result<RunningService<RoleClient, Handler>, Handshake> {
+        let name = &self.config.name;
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            UpstreamError(format!("MCP server `{name}`: {what}: {e}"))
+        };
+        let fail_init = |e: &rmcp::service::ClientInitializeError| fail("initialize failed", e);
+        let running = match &self.config.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let cmd = stdio_command(command, args, env, cwd.as_deref());
+                let mut wrapped = process_wrap::tokio::CommandWrap::from(cmd);
+                wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+                let (transport, stderr, pid) = GuardedChild::spawn(wrapped, name.clone())
+                    .map_err(|e| Handshake::Other(fail(&format!("starting `{command}`"), &e)))?;
+                *group = ProcessGroupGuard(None);
+                group.0 = pid.and_then(|pid| i32::try_from(pid).ok());
+                if let Some(stderr) = stderr {
+                    log_stderr(stderr, name.clone());
+                }
+                handler
+                    .serve_with_lifecycle(transport, mode.clone())
+                    .await
+                    .map_err(|e| {
+                        let shown = fail_init(&e);
+                        Handshake::Failed(Box::new(e), shown)
+                    })?
+            }
+            Transport::Http {
+                url,
+                headers,
+                oauth,
+            } => {
+                let custom = header_map(name, headers).map_err(Handshake::Other)?;
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(custom);
+                let http =
+                    crate::upstream_http::TraceHeaders(crate::upstream_http::reqwest_client());
+                match oauth {
+                    None => handler
+                        .serve_with_lifecycle(
+                            StreamableHttpClientTransport::with_client(http, config),
+                            mode.clone(),
+                        )
+                        .await
+                        .map_err(|e| {
+                            let shown = fail_init(&e);
+                            Handshake::Failed(Box::new(e), shown)
+                        })?,
+                    #[cfg(not(feature = "oauth"))]
+                    Some(_) => {
+                        return Err(Handshake::Other(UpstreamError(format!(
+                            "MCP server `{name}`: `oauth` needs the `oauth` feature of codemode-mcp, which this build leaves out (the codemode binary has it)"
+                        ))));
+                    }
+                    #[cfg(feature = "oauth")]
+                    Some(oauth) => {
+                        let client =
+                            crate::upstream_oauth::authorized_client(name, url, oauth, http)
+                                .await
+                                .map_err(Handshake::Other)?;
+                        handler
+                            .serve_with_lifecycle(
+                                StreamableHttpClientTransport::with_client(client, config),
+                                mode.clone(),
+                            )
+                            .await
+                            .map_err(|e| {
+                                let shown = fail_init(&e);
+                                Handshake::Failed(Box::new(e), shown)
+                            })?
+                    }
+                }
+            }
+        };
+        Ok(running)
     }
 
     /// The live connection: waits while the server (re)connects, at most
