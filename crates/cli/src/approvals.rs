@@ -15,7 +15,9 @@ pub(crate) fn approvals(action: ApprovalsAction, admin: Option<String>) -> Resul
         )
     })?;
     let token = admin_token()?;
-    let base = admin.trim_end_matches('/').to_owned();
+    // The URL `serve` prints ends in /approvals; the base works too.
+    let base = admin.trim_end_matches('/');
+    let base = base.strip_suffix("/approvals").unwrap_or(base).to_owned();
     let tokio = tokio_runtime()?;
     codemode_mcp::install_tls_provider();
     tokio.block_on(async move {

@@ -86,7 +86,7 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
         /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8080).
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
         http: Option<std::net::SocketAddr>,
         /// A host name HTTP clients may use besides loopback; repeatable.
         #[arg(long = "allow-host", value_name = "HOST")]
@@ -109,11 +109,11 @@ enum Command {
         /// Serve the operator endpoint for approvals at http://ADDR/approvals
         /// (bearer token from CODEMODE_ADMIN_TOKEN, at least 16 bytes);
         /// calls the client cannot be asked about then wait for it.
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
         admin_listen: Option<std::net::SocketAddr>,
-        /// Also serve /metrics (Prometheus text, no authentication) at
-        /// http://ADDR/metrics for scrapers.
-        #[arg(long, value_name = "ADDR")]
+        /// Also serve /metrics (OpenMetrics text, which Prometheus scrapes;
+        /// no authentication) at http://ADDR/metrics.
+        #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
         metrics: Option<std::net::SocketAddr>,
         /// Serve HTTP on a non-loopback address without `auth` (only when
         /// something in front of the gateway authenticates).
@@ -340,5 +340,18 @@ fn report_down(upstreams: &Upstreams) {
         if let Some(reason) = server.down_reason() {
             eprintln!("codemode: {reason}");
         }
+    }
+}
+
+/// An address to listen on: `IP:PORT`, or `localhost:PORT` (loopback).
+fn listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    match text.strip_prefix("localhost:").map(str::parse::<u16>) {
+        Some(Ok(port)) => Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
+        _ => Err(format!(
+            "expected IP:PORT such as 127.0.0.1:8080 or [::1]:8080, or localhost:PORT; other host names are not looked up (bind an IP, and let clients use a name with --allow-host NAME)"
+        )),
     }
 }

@@ -258,6 +258,37 @@ fn serve_refuses_a_config_that_turns_code_mode_off() {
 }
 
 #[test]
+fn serve_addresses_take_localhost_and_a_taken_port_is_named_once() {
+    let config = ("serve.json5", "{ mcpServers: {} }");
+    let out = codemode_on(
+        &["serve", "--http", "localhost:nope", "--config"],
+        config,
+        "",
+    );
+    assert_stderr(&out, 2, &["localhost:PORT", "--allow-host"]);
+    // A port another socket holds: the error names the address, once.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap().to_string();
+    let port = at.rsplit(':').next().unwrap().to_owned();
+    let out = codemode_on(
+        &["serve", "--http", &format!("localhost:{port}"), "--config"],
+        config,
+        "",
+    );
+    assert_stderr(
+        &out,
+        2,
+        &[&format!("cannot listen on {at}"), "another process"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("Address already in use").count(),
+        1,
+        "the system's words once: {stderr}"
+    );
+}
+
+#[test]
 fn an_upstream_that_cannot_start_is_reported_and_leaves_the_cell_running() {
     let ghost = r#"{ mcpServers: { ghost: { command: "/nonexistent/codemode-test-server" } } }"#;
     let out = codemode_on(

@@ -20,7 +20,7 @@ impl Gateway {
     /// is told the bound address (useful with port 0).
     ///
     /// # Errors
-    /// [`GatewayError::Io`] when the address cannot be bound.
+    /// [`GatewayError::Bind`] when the address cannot be bound.
     pub async fn serve_http(
         &self,
         addr: SocketAddr,
@@ -29,7 +29,9 @@ impl Gateway {
         if self.shared.auth.is_none() && !addr.ip().is_loopback() && !self.shared.insecure_no_auth {
             return Err(GatewayError::Unauthenticated(addr));
         }
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|reason| GatewayError::Bind { addr, reason })?;
         let bound = listener.local_addr()?;
         on_bound(bound);
         let ct = self.shared.shutdown.clone();

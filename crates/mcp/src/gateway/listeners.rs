@@ -12,7 +12,7 @@ impl Gateway {
     /// [`GatewayOptions::operator_approvals`] so undecided calls wait for it.
     ///
     /// # Errors
-    /// [`GatewayError::Io`] when the address cannot be bound or the token
+    /// [`GatewayError::Bind`] when the address cannot be bound.or the token
     /// is too short.
     pub async fn serve_admin(
         &self,
@@ -31,7 +31,9 @@ impl Gateway {
                 crate::admin::MIN_ADMIN_TOKEN_BYTES
             ))));
         }
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|reason| GatewayError::Bind { addr, reason })?;
         on_bound(listener.local_addr()?);
         crate::admin::serve(
             listener,
@@ -80,13 +82,15 @@ impl Gateway {
     /// bind it where only they reach it) until [`Gateway::shutdown`].
     ///
     /// # Errors
-    /// [`GatewayError::Io`] when the address cannot be bound.
+    /// [`GatewayError::Bind`] when the address cannot be bound.
     pub async fn serve_metrics(
         &self,
         addr: SocketAddr,
         on_bound: impl FnOnce(SocketAddr),
     ) -> Result<(), GatewayError> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|reason| GatewayError::Bind { addr, reason })?;
         on_bound(listener.local_addr()?);
         let gateway = self.clone();
         let app = axum::Router::new().route(

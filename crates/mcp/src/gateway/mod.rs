@@ -47,8 +47,18 @@ pub enum GatewayError {
         "code mode is disabled in this config (tools.codeMode); the gateway serves only code mode: set tools.codeMode.enabled: true or remove tools.codeMode"
     )]
     Disabled,
-    /// Binding or serving failed.
-    #[error("{0}")]
+    /// A listener's address could not be bound.
+    #[error(
+        "cannot listen on {addr}: {reason}; is another process using the port? Pick another address (port 0 takes a free one)"
+    )]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the system said.
+        reason: std::io::Error,
+    },
+    /// Serving failed.
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// HTTP on a non-loopback address without `auth`.
     #[error(
