@@ -350,8 +350,9 @@ fn listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
     }
     match text.strip_prefix("localhost:").map(str::parse::<u16>) {
         Some(Ok(port)) => Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
-        _ => Err(format!(
+        _ => Err(
             "expected IP:PORT such as 127.0.0.1:8080 or [::1]:8080, or localhost:PORT; other host names are not looked up (bind an IP, and let clients use a name with --allow-host NAME)"
-        )),
+                .to_owned(),
+        ),
     }
 }
