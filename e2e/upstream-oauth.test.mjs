@@ -110,7 +110,9 @@ describe("OAuth client credentials to an upstream", () => {
 
   test("wrong credentials leave the server down with a reason, never the secret", async () => {
     process.env.SECURE_SECRET = "wrong-secret-0123456789";
-    const out = await run(BIN, ["catalog", "--config", config(base, "${SECURE_SECRET}")], { env: process.env });
+    // A down server makes `catalog` exit 1 (execFile rejects with the output).
+    const out = await run(BIN, ["catalog", "--config", config(base, "${SECURE_SECRET}")], { env: process.env }).catch((e) => e);
+    assert.equal(out.code, 1);
     assert.doesNotMatch(out.stdout, /secure/, "no tools of the down server");
     assert.match(out.stderr, /MCP server `secure`: OAuth client credentials: getting an access token failed/);
     assert.doesNotMatch(out.stderr + out.stdout, /wrong-secret/);
@@ -133,7 +135,8 @@ describe("codemode login: a user's authorization of an upstream", () => {
 
   test("before a login the server is down with a reason that says to log in", async () => {
     const path = writeGateway({ url: `${base}/mcp`, oauth: { authorizationCode: { scopes: ["mcp:read"] } } });
-    const out = await run(BIN, ["catalog", "--config", path], { env: { ...process.env, ...env } });
+    const out = await run(BIN, ["catalog", "--config", path], { env: { ...process.env, ...env } }).catch((e) => e);
+    assert.equal(out.code, 1, "a server that is down fails the catalog");
     assert.doesNotMatch(out.stdout, /secure/);
     assert.match(out.stderr, /MCP server `secure`: not logged in .*run `codemode login secure --config/);
   });

@@ -19,7 +19,7 @@ pub(crate) fn catalog(config: &PathBuf) -> Result<ExitCode> {
         let catalog = upstreams.catalog();
         use std::io::Write;
         let mut stdout = std::io::stdout().lock();
-        report_down(&upstreams);
+        let down = report_down(&upstreams);
         for server in catalog.mcp().servers() {
             for tool in &server.tools {
                 let line = serde_json::json!({
@@ -31,6 +31,12 @@ pub(crate) fn catalog(config: &PathBuf) -> Result<ExitCode> {
             }
         }
         upstreams.shutdown();
-        Ok(ExitCode::SUCCESS)
+        // A server that is down is not a catalog: say so in the exit code
+        // too (its reason is on stderr, the others' tools on stdout).
+        Ok(if down == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
     })
 }

@@ -96,7 +96,7 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
         // The configured MCP servers join the scripted tools.
         let upstreams = Upstreams::start(config.servers, policy.clone());
         upstreams.started().await;
-        report_down(&upstreams);
+        let _ = report_down(&upstreams);
         let catalog = catalog_with_mcp(&tools, &upstreams, &policy)?;
         let executor = tools_file::combined(tools.executor(), upstreams.executor());
         let runtime = match CodeModeRuntime::new(config.code_mode) {

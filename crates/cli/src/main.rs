@@ -335,12 +335,15 @@ fn admin_token() -> Result<String> {
 }
 
 /// Servers that could not start: said on stderr, the rest still works.
-fn report_down(upstreams: &Upstreams) {
+fn report_down(upstreams: &Upstreams) -> usize {
+    let mut down = 0;
     for server in upstreams.servers() {
         if let Some(reason) = server.down_reason() {
             eprintln!("codemode: {reason}");
+            down += 1;
         }
     }
+    down
 }
 
 /// An address to listen on: `IP:PORT`, or `localhost:PORT` (loopback).

@@ -302,6 +302,13 @@ fn an_upstream_that_cannot_start_is_reported_and_leaves_the_cell_running() {
         &["MCP server `ghost`", "/nonexistent/codemode-test-server"],
     );
     assert_eq!(results(&out)[0]["value"], serde_json::json!([]));
+    // `catalog` is about the servers: one that is down fails it.
+    let out = codemode_on(
+        &["catalog", "--config"],
+        ("broken-upstream.json5", ghost),
+        "",
+    );
+    assert_stderr(&out, 1, &["MCP server `ghost`"]);
 }
 
 fn tools_file() -> std::path::PathBuf {

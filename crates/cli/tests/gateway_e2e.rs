@@ -146,14 +146,15 @@ fn debug_switches_log_the_model_surface() {
     assert!(out.contains("ℹ pass 2"), "every scenario ran: {out}");
 }
 
-/// `codemode catalog --config FILE`: its JSON lines and its stderr.
-fn catalog(config: &str) -> (Vec<serde_json::Value>, String) {
+/// `codemode catalog --config FILE`, which must exit with `code` (1 when
+/// a configured server is down): its JSON lines and its stderr.
+fn catalog(config: &str, code: i32) -> (Vec<serde_json::Value>, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
         .args(["catalog", "--config", config])
         .output()
         .expect("codemode runs");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
+    assert_eq!(out.status.code(), Some(code), "{err}");
     let lines = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
@@ -175,7 +176,8 @@ fn catalog_lists_every_upstream_tool_with_its_call() {
         ),
     )
     .expect("write config");
-    let (lines, err) = catalog(config.to_str().expect("utf-8 path"));
+    // The ghost is down: the others' tools are listed, and the exit says so.
+    let (lines, err) = catalog(config.to_str().expect("utf-8 path"), 1);
     let sum = lines
         .iter()
         .find(|l| l["id"] == "mcp:everything:get-sum")
@@ -208,7 +210,7 @@ fn tool_policy_removes_tools_from_every_view_of_the_catalog() {
     .expect("write config");
     let config = config.to_str().expect("utf-8 path");
 
-    let ids: Vec<String> = catalog(config)
+    let ids: Vec<String> = catalog(config, 0)
         .0
         .iter()
         .map(|line| line["id"].as_str().unwrap_or_default().to_owned())
