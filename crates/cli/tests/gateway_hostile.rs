@@ -324,10 +324,14 @@ fn http_sessions_are_capped_and_foreign_origins_refused() {
     }
     let (status, response) = http_initialize(&addr);
     assert!(
-        !status.contains("200"),
-        "a fourth session was admitted: {response}"
+        status.contains("503"),
+        "a fourth session gets 503 (a full house, not a server error): {response}"
     );
     assert!(response.contains("the limit is 3"), "{response}");
+    assert!(
+        response.to_ascii_lowercase().contains("retry-after: 5"),
+        "{response}"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -62,7 +62,7 @@ impl Gateway {
                 if open >= max_sessions {
                     tracing::warn!(open, max_sessions, "HTTP session refused: too many open");
                     return Err(std::io::Error::other(format!(
-                        "too many MCP sessions are open on this gateway ({open}, the limit is {max_sessions}); close idle sessions (HTTP DELETE) or try again later"
+                        "{SESSION_LIMIT_WORDS} on this gateway ({open}, the limit is {max_sessions}); close idle sessions (HTTP DELETE) or try again later"
                     )));
                 }
                 Ok(gateway.session())
@@ -143,6 +143,30 @@ impl Gateway {
 /// and a `DELETE` of a session that does not exist (ended, or never
 /// opened) is a 404, as every request naming an unknown session is (the
 /// SDK says 202).
+/// The SDK answers a session its factory refused with 500; the session
+/// limit is no server error but a full house: 503 with `Retry-After` and
+/// the limit named. Any other 500 passes unchanged.
+async fn session_limit_answer(response: axum::response::Response) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
+    match text.find(SESSION_LIMIT_WORDS) {
+        Some(at) => (
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            [(http::header::RETRY_AFTER, "5")],
+            format!("Service Unavailable: {}", text[at..].trim()),
+        )
+            .into_response(),
+        None => axum::response::Response::from_parts(parts, axum::body::Body::from(bytes)),
+    }
+}
+
+/// How the session factory's refusal begins (see `serve_http`).
+const SESSION_LIMIT_WORDS: &str = "too many MCP sessions are open";
+
 async fn http_conformance(
     sessions: Arc<LocalSessionManager>,
     request: axum::extract::Request,
@@ -179,6 +203,12 @@ async fn http_conformance(
                     .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
             });
     let response = next.run(request).await;
+    if json_post
+        && session.is_none()
+        && response.status() == http::StatusCode::INTERNAL_SERVER_ERROR
+    {
+        return session_limit_answer(response).await;
+    }
     if !(json_post && response.status() == http::StatusCode::UNSUPPORTED_MEDIA_TYPE) {
         return response;
     }
