@@ -311,6 +311,21 @@ fn an_upstream_that_cannot_start_is_reported_and_leaves_the_cell_running() {
     assert_stderr(&out, 1, &["MCP server `ghost`"]);
 }
 
+#[test]
+fn a_server_that_dies_at_start_is_reported_with_what_it_said() {
+    // As npx does for a mistyped package: the reason is on its stderr only.
+    let typo = r#"{ mcpServers: { typo: { command: "sh", args: ["-c", "echo 'npm error 404 Not Found - GET https://registry.npmjs.org/server-evrything' >&2; exit 1"] } } }"#;
+    let out = codemode_on(&["catalog", "--config"], ("typo-upstream.json5", typo), "");
+    assert_stderr(
+        &out,
+        1,
+        &[
+            "MCP server `typo`",
+            "it wrote on stderr: npm error 404 Not Found",
+        ],
+    );
+}
+
 fn tools_file() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tools.json5")
 }

@@ -243,15 +243,66 @@ fn stdio_command(
     cmd
 }
 
-/// A stdio server's stderr, line by line, into the log.
-fn log_stderr(stderr: impl tokio::io::AsyncRead + Unpin + Send + 'static, server: String) {
+/// A stdio server's stderr, line by line, into the log; the last few lines
+/// are kept in the returned tail, for a start that fails (npx says why a
+/// package is missing only there).
+fn log_stderr(
+    stderr: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    server: String,
+) -> StderrTail {
+    let tail = StderrTail::default();
+    let kept = tail.clone();
     tokio::spawn(async move {
         use tokio::io::AsyncBufReadExt;
         let mut lines = tokio::io::BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             info!(target: "codemode_mcp::upstream_stderr", server = %server, "{line}");
+            kept.push(&line);
         }
+        kept.close();
     });
+    tail
+}
+
+/// The last lines a stdio server wrote to stderr (bounded).
+#[derive(Clone, Default)]
+struct StderrTail(Arc<(Mutex<StderrLines>, tokio::sync::Notify)>);
+
+/// The kept lines, and whether stderr closed.
+type StderrLines = (std::collections::VecDeque<String>, bool);
+
+impl StderrTail {
+    const LINES: usize = 4;
+    const LINE_CHARS: usize = 300;
+
+    fn push(&self, line: &str) {
+        let line = line.trim();
+        if line.is_empty() {
+            return;
+        }
+        let mut kept = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.0.len() == Self::LINES {
+            kept.0.pop_front();
+        }
+        kept.0
+            .push_back(line.chars().take(Self::LINE_CHARS).collect());
+    }
+
+    fn close(&self) {
+        self.0.0.lock().unwrap_or_else(PoisonError::into_inner).1 = true;
+        self.0.1.notify_waiters();
+    }
+
+    /// The kept lines once stderr closed (the child exited), waiting at
+    /// most `limit` for that; `None` when there are none.
+    async fn lines(&self, limit: Duration) -> Option<String> {
+        let closed = self.0.1.notified();
+        if !self.0.0.lock().unwrap_or_else(PoisonError::into_inner).1 {
+            let _ = tokio::time::timeout(limit, closed).await;
+        }
+        let kept = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
+        (!kept.0.is_empty()).then(|| kept.0.iter().cloned().collect::<Vec<_>>().join(" | "))
+    }
 }
 
 /// An HTTP server's configured headers, checked (values are secrets: an
@@ -617,16 +668,19 @@ impl Upstream {
                     .map_err(|e| Handshake::Other(fail(&format!("starting `{command}`"), &e)))?;
                 *group = ProcessGroupGuard(None);
                 group.0 = pid.and_then(|pid| i32::try_from(pid).ok());
-                if let Some(stderr) = stderr {
-                    log_stderr(stderr, name.clone());
+                let tail = stderr.map(|stderr| log_stderr(stderr, name.clone()));
+                match handler.serve_with_lifecycle(transport, mode.clone()).await {
+                    Ok(running) => running,
+                    Err(e) => {
+                        let mut shown = fail_init(&e);
+                        if let Some(tail) = &tail
+                            && let Some(said) = tail.lines(Duration::from_millis(500)).await
+                        {
+                            shown.0.push_str(&format!("; it wrote on stderr: {said}"));
+                        }
+                        return Err(Handshake::Failed(Box::new(e), shown));
+                    }
                 }
-                handler
-                    .serve_with_lifecycle(transport, mode.clone())
-                    .await
-                    .map_err(|e| {
-                        let shown = fail_init(&e);
-                        Handshake::Failed(Box::new(e), shown)
-                    })?
             }
             Transport::Http {
                 url,
