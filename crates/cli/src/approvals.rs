@@ -47,7 +47,10 @@ pub(crate) fn approvals(action: ApprovalsAction, admin: Option<String>) -> Resul
         Ok(if status.is_success() {
             ExitCode::SUCCESS
         } else {
-            eprintln!("codemode: the operator endpoint answered {status}");
+            crate::logs::say(
+                tracing::Level::ERROR,
+                &format!("the operator endpoint answered {status}"),
+            );
             ExitCode::from(1)
         })
     })

@@ -136,9 +136,7 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
         {
             if *reason == codemode_runtime::WaitReason::Approval {
                 if !approve {
-                    eprintln!(
-                        "codemode: the run waits for approval of a call; nothing here approves it (pass --approve to approve every call)"
-                    );
+                    crate::logs::say(tracing::Level::WARN, "the run waits for approval of a call; nothing here approves it (pass --approve to approve every call)");
                     break;
                 }
                 for call in pending_tool_calls.iter().filter(|c| c.awaiting_approval) {

@@ -40,7 +40,10 @@ pub(crate) fn login(
         data_dir,
         std::time::Duration::from_secs(timeout),
         |url| {
-            eprintln!("codemode: open this URL to authorize `{name}`:\n{url}");
+            crate::logs::say(
+                tracing::Level::INFO,
+                &format!("open this URL to authorize `{name}`:\n{url}"),
+            );
             if !no_browser {
                 open_browser(url);
             }
@@ -49,14 +52,17 @@ pub(crate) fn login(
         Ok(logged_in) => logged_in,
         // The flow failed (not the usage): exit status 1.
         Err(e) => {
-            eprintln!("codemode: {e}");
+            crate::logs::say(tracing::Level::ERROR, &e.to_string());
             return Ok(ExitCode::from(1));
         }
     };
-    eprintln!(
-        "codemode: logged in to `{name}` (client {}); token stored in {}",
-        logged_in.client_id,
-        logged_in.token_file.display()
+    crate::logs::say(
+        tracing::Level::INFO,
+        &format!(
+            "logged in to `{name}` (client {}); token stored in {}",
+            logged_in.client_id,
+            logged_in.token_file.display()
+        ),
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -75,7 +81,10 @@ pub(crate) fn open_browser(url: &str) {
         .stderr(std::process::Stdio::null())
         .spawn();
     if started.is_err() {
-        eprintln!("codemode: no browser started ({opener} is missing); open the URL yourself");
+        crate::logs::say(
+            tracing::Level::WARN,
+            &format!("no browser started ({opener} is missing); open the URL yourself"),
+        );
     }
 }
 
@@ -83,9 +92,15 @@ pub(crate) fn logout(name: &str, path: &PathBuf) -> Result<ExitCode> {
     let server = configured_server(name, path)?;
     let data_dir = codemode_mcp::data_dir::data_dir().map_err(anyhow::Error::msg)?;
     if codemode_mcp::login::logout(&server, data_dir)? {
-        eprintln!("codemode: removed the stored token of `{name}`");
+        crate::logs::say(
+            tracing::Level::INFO,
+            &format!("removed the stored token of `{name}`"),
+        );
     } else {
-        eprintln!("codemode: `{name}` had no stored token");
+        crate::logs::say(
+            tracing::Level::INFO,
+            &format!("`{name}` had no stored token"),
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

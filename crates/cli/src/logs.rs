@@ -1,6 +1,35 @@
 //! Logs to stderr and, when asked, traces to an OTLP receiver.
 
+use std::sync::OnceLock;
+
 use anyhow::{Context, Result};
+
+/// Whether stderr carries JSON log lines (`--log-format json`).
+static JSON_LOGS: OnceLock<bool> = OnceLock::new();
+
+/// A line for whoever runs the command (the bound address, a URL to open,
+/// an error, a config diagnostic), never filtered: `codemode: MESSAGE` in
+/// text mode; with `--log-format json` one JSON object shaped like the log
+/// lines (`timestamp`, `level`, `fields.message`, `target`), so stderr
+/// stays one format a log shipper can read.
+pub(crate) fn say(level: tracing::Level, message: &str) {
+    if JSON_LOGS.get() == Some(&true) {
+        use tracing_subscriber::fmt::time::FormatTime;
+        let mut timestamp = String::new();
+        let _ = tracing_subscriber::fmt::time::SystemTime.format_time(
+            &mut tracing_subscriber::fmt::format::Writer::new(&mut timestamp),
+        );
+        let line = serde_json::json!({
+            "timestamp": timestamp,
+            "level": level.as_str(),
+            "fields": { "message": message },
+            "target": "codemode",
+        });
+        eprintln!("{line}");
+    } else {
+        eprintln!("codemode: {message}");
+    }
+}
 
 /// Logs on stderr (text or JSON, filtered by `CODEMODE_LOG`/`RUST_LOG`),
 /// and, when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is
@@ -11,6 +40,7 @@ pub(crate) fn init_logs_and_traces(
     filter: &str,
     json: bool,
 ) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    let _ = JSON_LOGS.set(json);
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;

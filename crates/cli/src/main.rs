@@ -231,7 +231,7 @@ fn run_cli(cli: std::result::Result<Cli, clap::Error>) -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("codemode: {e:#}");
+            crate::logs::say(tracing::Level::ERROR, &format!("{e:#}"));
             ExitCode::from(2)
         }
     }
@@ -319,7 +319,7 @@ fn tokio_runtime() -> Result<tokio::runtime::Runtime> {
 
 fn print_diagnostics(diagnostics: &[Diagnostic]) {
     for d in diagnostics {
-        eprintln!("codemode: config: {d}");
+        crate::logs::say(tracing::Level::WARN, &format!("config: {d}"));
     }
 }
 
@@ -339,7 +339,7 @@ fn report_down(upstreams: &Upstreams) -> usize {
     let mut down = 0;
     for server in upstreams.servers() {
         if let Some(reason) = server.down_reason() {
-            eprintln!("codemode: {reason}");
+            crate::logs::say(tracing::Level::WARN, &reason);
             down += 1;
         }
     }

@@ -38,7 +38,10 @@ pub(crate) fn serve(
             let g = gateway.clone();
             side_listener("metrics endpoint", move |bound| async move {
                 g.serve_metrics(addr, |at| {
-                    eprintln!("codemode: metrics at http://{at}/metrics");
+                    crate::logs::say(
+                        tracing::Level::INFO,
+                        &format!("metrics at http://{at}/metrics"),
+                    );
                     let _ = bound.send(());
                 })
                 .await
@@ -49,7 +52,10 @@ pub(crate) fn serve(
             let g = gateway.clone();
             side_listener("operator endpoint", move |bound| async move {
                 g.serve_admin(addr, token, |at| {
-                    eprintln!("codemode: operator endpoint at http://{at}/approvals");
+                    crate::logs::say(
+                        tracing::Level::INFO,
+                        &format!("operator endpoint at http://{at}/approvals"),
+                    );
                     let _ = bound.send(());
                 })
                 .await
@@ -68,7 +74,10 @@ pub(crate) fn serve(
                 gateway
                     .serve_http(addr, |bound| {
                         // Scripts read this line to learn the port.
-                        eprintln!("codemode: serving MCP at http://{bound}/mcp");
+                        crate::logs::say(
+                            tracing::Level::INFO,
+                            &format!("serving MCP at http://{bound}/mcp"),
+                        );
                     })
                     .await?
             }

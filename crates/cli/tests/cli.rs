@@ -326,6 +326,35 @@ fn a_server_that_dies_at_start_is_reported_with_what_it_said() {
     );
 }
 
+#[test]
+fn json_log_mode_writes_only_json_lines_on_stderr() {
+    // A diagnostic, an upstream that is down and the cell's own logs: every
+    // stderr line is one JSON object with a level and a message.
+    let config =
+        r#"{ extra: 1, mcpServers: { ghost: { command: "/nonexistent/codemode-test-server" } } }"#;
+    let out = codemode_on(
+        &["exec", "--log-format", "json", "--config"],
+        ("json-logs.json5", config),
+        "return 1",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let said = |part: &str| {
+        lines.iter().any(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(part))
+        })
+    };
+    assert!(said("config: extra: unknown field"), "{stderr}");
+    assert!(said("MCP server `ghost`"), "{stderr}");
+    assert!(lines.iter().all(|l| l["level"].is_string()), "{stderr}");
+    assert_eq!(results(&out)[0]["value"], 1);
+}
+
 fn tools_file() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tools.json5")
 }
