@@ -2,9 +2,11 @@
 //! a progress token: the runtime's [`ProgressUpdate`]s (nested calls
 //! started and finished, upstream progress of nested calls, the cell's
 //! `progress(...)`) become notifications to the client that asked, at most
-//! one per [`MIN_INTERVAL`] (updates in between are folded into the next
-//! one, its message naming the latest; only the latest is kept, so a cell
-//! reporting in a tight loop costs no memory). `progress` counts the updates, so
+//! one per [`MIN_INTERVAL`], the first one interval after the call began
+//! (updates in between are folded into the next one, its message naming
+//! the latest; only the latest is kept, so a cell reporting in a tight loop
+//! costs no memory). A call that ends within its first interval sends
+//! none: a quick exec costs nothing for carrying a token. `progress` counts the updates, so
 //! it always grows; there is no `total` (a cell's own value and total are
 //! in the message).
 
@@ -70,9 +72,9 @@ impl Drop for ClientProgress {
     }
 }
 
-/// The task sending one call's notifications; it ends telling whether its
-/// last act was a notification (the call's answer must not overtake it).
-pub(crate) struct Forwarder(tokio::task::JoinHandle<bool>);
+/// The task sending one call's notifications; it ends telling when it sent
+/// its last notification (the call's answer must not overtake it).
+pub(crate) struct Forwarder(tokio::task::JoinHandle<Option<tokio::time::Instant>>);
 
 /// How long the answer waits after a last notification: the official
 /// TypeScript client dispatches notifications a tick later than
@@ -86,7 +88,7 @@ impl Forwarder {
     pub(crate) async fn finish(self) {
         let mut task = self.0;
         match tokio::time::timeout(Duration::from_millis(250), &mut task).await {
-            Ok(Ok(true)) => tokio::time::sleep(ANSWER_AFTER).await,
+            Ok(Ok(Some(last))) => tokio::time::sleep_until(last + ANSWER_AFTER).await,
             Ok(_) => {}
             Err(_) => task.abort(),
         }
@@ -103,33 +105,48 @@ impl ClientProgress {
         let forwarder = {
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
+                // The first notification waits one interval: a call that
+                // ends sooner sends none (its answer is its last state),
+                // so a quick exec costs nothing for having a token.
+                let mut next_at = tokio::time::Instant::now() + MIN_INTERVAL;
+                let mut last_sent = None;
                 loop {
-                    shared.wake.notified().await;
-                    let (count, latest, closed) = {
-                        let mut pending = shared.lock();
-                        (pending.count, pending.latest.take(), pending.closed)
-                    };
-                    let sent = latest.is_some();
-                    if let Some(update) = latest {
-                        let mut params =
-                            ProgressNotificationParam::new(token.clone(), count as f64);
-                        params.message = Some(message(&update));
-                        if peer.notify_progress(params).await.is_err() {
-                            return false;
+                    let (count, latest, closed) = loop {
+                        let (ready, closed) = {
+                            let pending = shared.lock();
+                            (pending.latest.is_some(), pending.closed)
+                        };
+                        if closed || (ready && tokio::time::Instant::now() >= next_at) {
+                            let mut pending = shared.lock();
+                            break (pending.count, pending.latest.take(), pending.closed);
                         }
-                    }
-                    if closed {
-                        return sent;
-                    }
-                    // Updates in this interval fold into the next one.
-                    tokio::time::sleep(MIN_INTERVAL).await;
-                    let done = {
-                        let pending = shared.lock();
-                        pending.closed && pending.latest.is_none()
+                        if ready {
+                            // Updates in this interval fold into the next
+                            // one; the call's end does not wait for it.
+                            tokio::select! {
+                                () = tokio::time::sleep_until(next_at) => {}
+                                () = shared.wake.notified() => {}
+                            }
+                        } else {
+                            shared.wake.notified().await;
+                        }
                     };
-                    if done {
-                        return false;
+                    // At the end, a client that has seen progress sees the
+                    // last state too (flushed, not lost).
+                    let Some(update) = latest.filter(|_| !closed || last_sent.is_some()) else {
+                        return last_sent;
+                    };
+                    let mut params = ProgressNotificationParam::new(token.clone(), count as f64);
+                    params.message = Some(message(&update));
+                    if peer.notify_progress(params).await.is_err() {
+                        return None;
                     }
+                    let now = tokio::time::Instant::now();
+                    last_sent = Some(now);
+                    if closed {
+                        return last_sent;
+                    }
+                    next_at = now + MIN_INTERVAL;
                 }
             })
         };
