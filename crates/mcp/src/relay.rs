@@ -65,8 +65,15 @@ impl ClientDirectory {
             .get(session)
             .and_then(|cell| cell.get().cloned());
         let Some(peer) = peer else {
-            return refuse(format!(
-                "codemode gateway: the client of this call is gone; elicitation from `{server}` not relayed"
+            // No client to ask (`codemode exec` has none; or it left): the
+            // protocol's answer for a method nobody offers, as for a client
+            // without the capability.
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "no MCP client is connected to the run that made this call (codemode exec has none, or the client left), so MCP server `{server}` cannot ask its user"
+                ),
+                None,
             ));
         };
         let (mode, name) = match &request {
@@ -95,5 +102,44 @@ impl ClientDirectory {
                 None,
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ElicitationSchema;
+
+    fn form() -> ElicitRequestParams {
+        ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: "Proceed?".into(),
+            requested_schema: ElicitationSchema::builder().build().unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn who_cannot_be_asked_is_told_at_once_with_the_protocol_code() {
+        let directory = ClientDirectory::default();
+        // `codemode exec`'s session has no client at all: -32601, as for a
+        // client without the capability.
+        let err = directory
+            .elicit("notes", &["cli-42".into()], form())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::METHOD_NOT_FOUND);
+        assert!(
+            err.message.contains("no MCP client is connected"),
+            "{err:?}"
+        );
+        // Outside any call, or with several clients' calls in flight: the
+        // gateway cannot know whom to ask (an invalid request).
+        for sessions in [vec![], vec!["a".to_owned(), "b".to_owned()]] {
+            let err = directory
+                .elicit("notes", &sessions, form())
+                .await
+                .unwrap_err();
+            assert_eq!(err.code, ErrorCode::INVALID_REQUEST, "{sessions:?}");
+        }
     }
 }
