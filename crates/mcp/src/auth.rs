@@ -266,6 +266,57 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn pruning_forgets_ended_sessions_and_keeps_the_owners_of_live_ones() {
+        use rmcp::transport::streamable_http_server::session::SessionManager;
+        let sessions = Arc::new(LocalSessionManager::default());
+        // A session cap of 8: pruning starts past 64 bound sessions.
+        let auth = ClientAuth::new(Vec::new(), None, Arc::clone(&sessions), 8);
+        let mut live = Vec::new();
+        for _ in 0..8 {
+            let (id, transport) = sessions.create_session().await.unwrap();
+            auth.bind(id.to_string(), Principal("alice".into())).await;
+            live.push((id.to_string(), transport));
+        }
+        // Many sessions that ended (never in the manager) push past the
+        // pruning bound.
+        for i in 0..100 {
+            auth.bind(format!("ended-{i}"), Principal("bob".into()))
+                .await;
+        }
+        for (id, _) in &live {
+            assert_eq!(
+                auth.owner(id),
+                Some(Principal("alice".into())),
+                "a live session keeps its owner, so another principal still gets 403"
+            );
+        }
+        let held = auth
+            .owners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        assert!(
+            held <= auth.prune_above + 1,
+            "the map stays bounded: {held}"
+        );
+        assert!(
+            auth.owner("ended-0").is_none(),
+            "ended sessions are forgotten"
+        );
+    }
+
+    #[test]
+    fn challenge_descriptions_carry_no_quote_backslash_control_or_non_ascii() {
+        let reason = "bad \"token\"\\ é\r\nWWW-Authenticate: evil";
+        let shown = quoted(reason);
+        assert_eq!(shown, "bad token WWW-Authenticate: evil");
+        assert!(
+            http::HeaderValue::from_str(&format!("Bearer error_description=\"{shown}\"")).is_ok()
+        );
+        assert_eq!(quoted(&"x".repeat(500)).len(), 200, "bounded");
+    }
+
     /// The middleware in front of a route that answers with the request's
     /// principal, served on a loopback port.
     async fn guarded_server() -> std::net::SocketAddr {

@@ -477,6 +477,100 @@ mod tests {
         }
     }
 
+    /// An endpoint answering `allow` padded past the reply limit, streamed
+    /// in chunks (no `Content-Length`) or in one piece (with it).
+    async fn oversized_endpoint() -> String {
+        let padded = || {
+            let pad = "x".repeat(MAX_HOOK_REPLY_BYTES);
+            format!(r#"{{"decision":"allow","pad":"{pad}"}}"#)
+        };
+        let app = axum::Router::new()
+            .route(
+                "/chunked",
+                axum::routing::post(move || async move {
+                    let text = padded();
+                    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = text
+                        .into_bytes()
+                        .chunks(64 << 10)
+                        .map(|c| Ok(c.to_vec()))
+                        .collect();
+                    axum::body::Body::from_stream(futures::stream::iter(chunks))
+                }),
+            )
+            .route(
+                "/whole",
+                axum::routing::post(move || async move { padded() }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_reply_limit_blocks_chunked_or_not() {
+        let base = oversized_endpoint().await;
+        for path in ["chunked", "whole"] {
+            let hook = ConfiguredHook::new(HookConfig {
+                target: HookTarget::Url(format!("{base}/{path}")),
+                timeout: Duration::from_secs(20),
+            });
+            match hook.before_tool_call(event("a")).await {
+                HookDecision::Block { reason } => assert!(
+                    reason.contains(&format!("more than {MAX_HOOK_REPLY_BYTES} bytes")),
+                    "{path}: {reason}"
+                ),
+                other => panic!("{path}: an oversized answer was accepted: {other:?}"),
+            }
+        }
+    }
+
+    /// Whether process `pid` still runs (a zombie does not).
+    fn running(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            // `pid (comm) state ...`: the state follows the last `)`.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                .is_some_and(|state| state != 'Z' && state != 'X')
+        })
+    }
+
+    #[tokio::test]
+    async fn a_hook_that_times_out_takes_its_children_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let script = format!("sleep 30 & echo $! > '{}'; wait", pid_file.display());
+        let hook = ConfiguredHook::new(HookConfig {
+            target: HookTarget::Command(vec!["sh".into(), "-c".into(), script]),
+            timeout: Duration::from_millis(500),
+        });
+        match hook.before_tool_call(event("a")).await {
+            HookDecision::Block { reason } => assert!(reason.contains("timeoutMs"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        let pid: u32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The kill is sent when the hook is abandoned; give the kernel a
+        // moment to deliver it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while running(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!running(pid), "the hook's child {pid} outlived it");
+    }
+
+    #[test]
+    fn hook_urls_are_shown_without_credentials_query_or_fragment() {
+        assert_eq!(
+            shown("https://ops:s3cret@hooks.example.com/check?token=abc#frag"),
+            "https://hooks.example.com/check"
+        );
+        assert_eq!(shown("not a url ops:s3cret"), "the hook URL");
+    }
+
     #[tokio::test]
     async fn a_command_hook_counts_when_it_exits_though_a_child_holds_its_output() {
         // `sleep` inherits stdout and keeps it open long after `sh` exits:
