@@ -105,6 +105,35 @@ pub struct FileBackend {
     notifier: Notifier,
 }
 
+/// Creates `dir` (and its parents) as owner-only (0700); a directory that
+/// exists keeps its mode (the operator chose it).
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Creates the store file owner-only (0600), or makes an existing one so
+/// (a file an older build created 0644).
+fn private_file(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if file.metadata()?.permissions().mode() & 0o077 != 0 {
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    drop(file);
+    Ok(())
+}
+
 impl FileBackend {
     /// Opens (or creates) the store at `path`, creating its directory.
     ///
@@ -118,9 +147,13 @@ impl FileBackend {
             reason,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
+            private_dir(dir)
                 .map_err(|e| unavailable(format!("cannot create {}: {e}", dir.display())))?;
         }
+        // Waiting runs hold tool results and VM memory: the file is the
+        // owner's alone, like the login tokens beside it.
+        private_file(path)
+            .map_err(|e| unavailable(format!("cannot create {}: {e}", path.display())))?;
         let db = Database::create(path).map_err(|e| {
             unavailable(match e {
                 redb::DatabaseError::DatabaseAlreadyOpen => {
@@ -479,6 +512,23 @@ impl RunBackend for FileBackend {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(unix)]
+    #[test]
+    fn the_store_file_and_the_directory_it_makes_are_the_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("data/runs.db");
+        let store = FileBackend::open(&path).unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        drop(store);
+        // A file an older build left readable by others is tightened.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let _store = FileBackend::open(&path).unwrap();
+        assert_eq!(mode(&path), 0o600);
+    }
+
     use super::*;
 
     proptest::proptest! {
