@@ -94,6 +94,9 @@ struct Held {
     bytes: u64,
     /// Run id → bytes, to update `bytes` on replace and remove.
     sizes: std::collections::HashMap<String, u64>,
+    /// Runs claimed by [`RunBackend::claim_deferred`] and not yet written
+    /// as claimed: run id → (owner, generation).
+    deferred: std::collections::HashMap<String, (String, u64)>,
 }
 
 /// The embedded durable run store.
@@ -234,6 +237,80 @@ impl FileBackend {
         Ok(out)
     }
 
+    /// A claim written with fsync, under the `held` lock.
+    fn claim_in(
+        &self,
+        held: &mut Held,
+        run_id: &str,
+        owner: &str,
+        known: Option<u64>,
+    ) -> Result<Claimed, StoreError> {
+        if held.deferred.contains_key(run_id) {
+            return Err(StoreError::Busy {
+                instance: self.instance.clone(),
+            });
+        }
+        let txn = self.write(Durability::Immediate)?;
+        let claimed = {
+            let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            let value = match runs.get(run_id).map_err(|e| self.unavailable(e))? {
+                Some(v) => v.value().to_vec(),
+                None => {
+                    let expired = txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
+                    let known = expired.get(run_id).map_err(|e| self.unavailable(e))?;
+                    return Err(if known.is_some() {
+                        StoreError::Expired
+                    } else {
+                        StoreError::Unknown
+                    });
+                }
+            };
+            let (mut header, at) =
+                Header::decode(&value).ok_or_else(|| self.unavailable("a damaged run record"))?;
+            if header.expires_ms <= now_ms() {
+                drop(runs);
+                self.remove_in(&txn, run_id, held)?;
+                txn.open_table(EXPIRED)
+                    .map_err(|e| self.unavailable(e))?
+                    .insert(run_id, now_ms())
+                    .map_err(|e| self.unavailable(e))?;
+                txn.commit().map_err(|e| self.unavailable(e))?;
+                return Err(StoreError::Expired);
+            }
+            if header.owner != ANY_OWNER && header.owner != owner {
+                return Err(StoreError::OtherOwner);
+            }
+            if header.resuming {
+                return Err(if self.instance_alive(&header.instance) {
+                    StoreError::Busy {
+                        instance: header.instance,
+                    }
+                } else {
+                    StoreError::Interrupted {
+                        instance: header.instance,
+                    }
+                });
+            }
+            header.resuming = true;
+            header.instance = self.instance.clone();
+            let record = value[at..].to_vec();
+            runs.insert(run_id, header.encode(&record).as_slice())
+                .map_err(|e| self.unavailable(e))?;
+            let results = txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+            Claimed {
+                record: if known == Some(header.generation) {
+                    Vec::new()
+                } else {
+                    record
+                },
+                generation: header.generation,
+                results: self.results_of(&results, run_id)?,
+            }
+        };
+        txn.commit().map_err(|e| self.unavailable(e))?;
+        Ok(claimed)
+    }
+
     fn remove_in(
         &self,
         txn: &redb::WriteTransaction,
@@ -253,6 +330,7 @@ impl FileBackend {
                 .remove((run_id, key))
                 .map_err(|e| self.unavailable(e))?;
         }
+        held.deferred.remove(run_id);
         if let Some(bytes) = held.sizes.remove(run_id) {
             held.runs -= 1;
             held.bytes -= bytes;
@@ -312,6 +390,7 @@ impl RunBackend for FileBackend {
             }
             runs.insert(run_id, value.as_slice())
                 .map_err(|e| self.unavailable(e))?;
+            held.deferred.remove(run_id);
             held.sizes.insert(run_id.to_owned(), size);
             held.runs += u64::from(before.is_none());
             held.bytes = after;
@@ -326,66 +405,61 @@ impl RunBackend for FileBackend {
     }
 
     fn claim(&self, run_id: &str, owner: &str, known: Option<u64>) -> Result<Claimed, StoreError> {
+        self.claim_in(&mut self.held(), run_id, owner, known)
+    }
+
+    fn claim_deferred(
+        &self,
+        run_id: &str,
+        owner: &str,
+        known: Option<u64>,
+    ) -> Result<Claimed, StoreError> {
         let mut held = self.held();
-        let txn = self.write(Durability::Immediate)?;
-        let claimed = {
-            let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
-            let value = match runs.get(run_id).map_err(|e| self.unavailable(e))? {
-                Some(v) => v.value().to_vec(),
-                None => {
-                    let expired = txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
-                    let known = expired.get(run_id).map_err(|e| self.unavailable(e))?;
-                    return Err(if known.is_some() {
-                        StoreError::Expired
-                    } else {
-                        StoreError::Unknown
-                    });
-                }
-            };
-            let (mut header, at) =
-                Header::decode(&value).ok_or_else(|| self.unavailable("a damaged run record"))?;
-            if header.expires_ms <= now_ms() {
+        if held.deferred.contains_key(run_id) {
+            return Err(StoreError::Busy {
+                instance: self.instance.clone(),
+            });
+        }
+        let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+        let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+        let header = runs
+            .get(run_id)
+            .map_err(|e| self.unavailable(e))?
+            .and_then(|v| Header::decode(v.value()).map(|(h, _)| h));
+        match header {
+            Some(h)
+                if known == Some(h.generation)
+                    && !h.resuming
+                    && h.expires_ms > now_ms()
+                    && (h.owner == ANY_OWNER || h.owner == owner) =>
+            {
+                let results = read.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+                let results = self.results_of(&results, run_id)?;
+                held.deferred
+                    .insert(run_id.to_owned(), (owner.to_owned(), h.generation));
+                Ok(Claimed {
+                    record: Vec::new(),
+                    generation: h.generation,
+                    results,
+                })
+            }
+            // A record to send back, or a refusal: as a claim does it.
+            _ => {
                 drop(runs);
-                self.remove_in(&txn, run_id, &mut held)?;
-                txn.open_table(EXPIRED)
-                    .map_err(|e| self.unavailable(e))?
-                    .insert(run_id, now_ms())
-                    .map_err(|e| self.unavailable(e))?;
-                txn.commit().map_err(|e| self.unavailable(e))?;
-                return Err(StoreError::Expired);
+                drop(read);
+                self.claim_in(&mut held, run_id, owner, known)
             }
-            if header.owner != ANY_OWNER && header.owner != owner {
-                return Err(StoreError::OtherOwner);
-            }
-            if header.resuming {
-                return Err(if self.instance_alive(&header.instance) {
-                    StoreError::Busy {
-                        instance: header.instance,
-                    }
-                } else {
-                    StoreError::Interrupted {
-                        instance: header.instance,
-                    }
-                });
-            }
-            header.resuming = true;
-            header.instance = self.instance.clone();
-            let record = value[at..].to_vec();
-            runs.insert(run_id, header.encode(&record).as_slice())
-                .map_err(|e| self.unavailable(e))?;
-            let results = txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
-            Claimed {
-                record: if known == Some(header.generation) {
-                    Vec::new()
-                } else {
-                    record
-                },
-                generation: header.generation,
-                results: self.results_of(&results, run_id)?,
-            }
-        };
-        txn.commit().map_err(|e| self.unavailable(e))?;
-        Ok(claimed)
+        }
+    }
+
+    fn confirm_claim(&self, run_id: &str) -> Result<(), StoreError> {
+        let mut held = self.held();
+        match held.deferred.remove(run_id) {
+            Some((owner, generation)) => self
+                .claim_in(&mut held, run_id, &owner, Some(generation))
+                .map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     fn remove(&self, run_id: &str) -> Result<(), StoreError> {

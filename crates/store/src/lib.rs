@@ -1,6 +1,7 @@
-//! Where suspended code-mode runs are kept beyond one process: the
-//! [`RunBackend`] interface and its durable backends, an embedded file
-//! ([`FileBackend`], redb) and Redis ([`RedisBackend`]).
+//! Where suspended code-mode runs are kept: the [`RunBackend`] interface,
+//! this process's memory ([`MemoryBackend`], the default) and the durable
+//! backends, an embedded file ([`FileBackend`], redb) and Redis
+//! ([`RedisBackend`]).
 //!
 //! A backend stores opaque bytes. It knows who owns a run (an owner key
 //! the runtime makes), whether the run waits or is being resumed and by
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 #[cfg(feature = "file")]
 mod file;
+mod memory;
 #[cfg(any(feature = "file", feature = "redis"))]
 mod notify;
 #[cfg(feature = "redis")]
@@ -33,6 +35,7 @@ pub mod testing;
 
 #[cfg(feature = "file")]
 pub use file::FileBackend;
+pub use memory::MemoryBackend;
 #[cfg(feature = "redis")]
 pub use redis_backend::RedisBackend;
 
@@ -164,12 +167,48 @@ pub trait RunBackend: Send + Sync {
     /// `Interrupted` (claimed by a live or a dead process), `Unavailable`.
     fn claim(&self, run_id: &str, owner: &str, known: Option<u64>) -> Result<Claimed, StoreError>;
 
-    /// Whether one process holds the store alone (the file store's lock):
-    /// then a claim may wait until a resumed run's first new nested call —
-    /// before that, replaying the resume from the stored snapshot after a
-    /// crash repeats no effect.
+    /// Like [`RunBackend::claim`], but a store one process holds alone
+    /// may keep the claim in this process's memory until
+    /// [`RunBackend::confirm_claim`]: a crash before that leaves the run
+    /// waiting, to be resumed again from its record. The runtime confirms
+    /// before the resumed run's first new nested call, so such a replay
+    /// repeats no effect, and a resume that only delivers results and
+    /// ends costs no write that must reach the disk.
+    ///
+    /// # Errors
+    /// As [`RunBackend::claim`].
+    fn claim_deferred(
+        &self,
+        run_id: &str,
+        owner: &str,
+        known: Option<u64>,
+    ) -> Result<Claimed, StoreError> {
+        self.claim(run_id, owner, known)
+    }
+
+    /// Makes a [`RunBackend::claim_deferred`] claim as lasting as a
+    /// [`RunBackend::claim`] (nothing to do where they are the same).
+    ///
+    /// # Errors
+    /// `Unavailable`, or the claim was lost (the run is gone).
+    fn confirm_claim(&self, run_id: &str) -> Result<(), StoreError> {
+        let _ = run_id;
+        Ok(())
+    }
+
+    /// Whether one process holds the store alone (the file store's lock,
+    /// this process's memory): then no other process resumes its runs or
+    /// follows their calls.
     fn exclusive(&self) -> bool {
         false
+    }
+
+    /// Whether the runs stored here outlive this process or reach other
+    /// processes. When not ([`MemoryBackend`]), a run is only ever resumed
+    /// from the live copy of the process that stored it, so the runtime
+    /// stores neither its snapshot nor its calls' results here.
+    fn outlives_process(&self) -> bool {
+        true
     }
 
     /// Forgets a run and its results (it ended, or was aborted).
@@ -214,15 +253,16 @@ pub trait RunBackend: Send + Sync {
     fn expire(&self) -> Result<usize, StoreError>;
 }
 
-/// Opens the store a `store:` setting names: `file:PATH` or
+/// Opens the store a `store:` setting names: `memory`, `file:PATH` or
 /// `redis://HOST:PORT/DB` (`rediss://` for TLS is not built in).
-/// `memory` is not a backend: the runtime keeps runs in its own memory.
 ///
 /// # Errors
 /// A message naming the setting and what to write instead, or why the
 /// store could not be opened.
 pub fn open(spec: &str) -> Result<Box<dyn RunBackend>, StoreError> {
-    if let Some(_path) = spec.strip_prefix("file:") {
+    if spec == "memory" {
+        Ok(Box::new(MemoryBackend::new()))
+    } else if let Some(_path) = spec.strip_prefix("file:") {
         #[cfg(feature = "file")]
         return Ok(Box::new(FileBackend::open(std::path::Path::new(_path))?));
         #[cfg(not(feature = "file"))]

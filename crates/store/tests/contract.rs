@@ -1,6 +1,7 @@
-//! The run store contract, one suite run against every durable backend:
-//! the embedded file store and Redis (a real `redis-server`, started here
-//! on a free port; `cargo xtask ci` installs Debian's package).
+//! The run store contract, one suite run against every backend: this
+//! process's memory, the embedded file store and Redis (a real
+//! `redis-server`, started here on a free port; `cargo xtask ci` installs
+//! Debian's package).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use std::path::PathBuf;
@@ -8,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codemode_store::testing::RedisServer as Redis;
-use codemode_store::{ANY_OWNER, Bounds, FileBackend, RedisBackend, RunBackend, StoreError};
+use codemode_store::{
+    ANY_OWNER, Bounds, FileBackend, MemoryBackend, RedisBackend, RunBackend, StoreError,
+};
 
 const BOUNDS: Bounds = Bounds {
     max_runs: 100,
@@ -36,12 +39,22 @@ impl Place for Redis {
     }
 }
 
+/// Each `open` is another process's view of the same memory; dropping it
+/// is that process dying.
+struct MemoryPlace(MemoryBackend);
+impl Place for MemoryPlace {
+    fn open(&self) -> Arc<dyn RunBackend> {
+        Arc::new(self.0.another_process())
+    }
+}
+
 fn file_place() -> FilePlace {
     let dir = tempfile::tempdir().expect("a temp dir");
     FilePlace(dir.path().join("sub/runs.db"), dir)
 }
 
 fn each_backend(test: impl Fn(&dyn Place)) {
+    test(&MemoryPlace(MemoryBackend::new()));
     test(&file_place());
     test(&Redis::start());
 }
@@ -312,4 +325,77 @@ fn a_file_store_is_held_by_one_process_and_survives_reopening() {
         reopened.claim("run_f", "x", None).expect("claims").record,
         b"durable"
     );
+}
+
+#[test]
+fn a_deferred_claim_holds_like_a_claim_and_a_confirmed_one_is_a_claim() {
+    each_backend(|place| {
+        let store = place.open();
+        store.put("run_d", "o", b"rec", TTL, BOUNDS).expect("put");
+        let claimed = store.claim_deferred("run_d", "o", Some(1)).expect("claims");
+        assert_eq!((claimed.generation, claimed.record.len()), (1, 0));
+        for second in [
+            store.claim("run_d", "o", None),
+            store.claim_deferred("run_d", "o", Some(1)),
+        ] {
+            assert!(
+                matches!(second, Err(StoreError::Busy { .. })),
+                "one claim at a time: {second:?}"
+            );
+        }
+        store.confirm_claim("run_d").expect("confirms");
+        assert!(matches!(
+            store.claim("run_d", "o", None),
+            Err(StoreError::Busy { .. })
+        ));
+        assert_eq!(store.put("run_d", "o", b"again", TTL, BOUNDS), Ok(2));
+        // A stale generation gets the record; refusals are a claim's.
+        let claimed = store.claim_deferred("run_d", "o", Some(1)).expect("claims");
+        assert_eq!(
+            (claimed.generation, claimed.record.as_slice()),
+            (2, &b"again"[..])
+        );
+        assert_eq!(
+            store
+                .claim_deferred("run_d", "p", Some(2))
+                .map(|c| c.generation),
+            Err(StoreError::OtherOwner)
+        );
+        assert_eq!(
+            store
+                .claim_deferred("run_none", "o", None)
+                .map(|c| c.generation),
+            Err(StoreError::Unknown)
+        );
+    });
+}
+
+#[test]
+fn a_file_store_forgets_an_unconfirmed_claim_with_its_process_but_not_a_confirmed_one() {
+    let place = file_place();
+    let store = place.open();
+    store.put("run_u", "o", b"u", TTL, BOUNDS).expect("put");
+    store.put("run_c", "o", b"c", TTL, BOUNDS).expect("put");
+    store.claim_deferred("run_u", "o", Some(1)).expect("claims");
+    store.claim_deferred("run_c", "o", Some(1)).expect("claims");
+    store.confirm_claim("run_c").expect("confirms");
+    drop(store);
+    let reopened = place.open();
+    // Nothing new ran under the unconfirmed claim: the run waits again.
+    assert_eq!(
+        reopened.claim("run_u", "o", None).expect("claims").record,
+        b"u"
+    );
+    assert!(matches!(
+        reopened.claim("run_c", "o", None),
+        Err(StoreError::Interrupted { .. })
+    ));
+}
+
+#[test]
+fn the_memory_store_keeps_no_run_beyond_its_process() {
+    assert!(!MemoryBackend::new().outlives_process());
+    assert!(MemoryBackend::new().exclusive());
+    let opened = codemode_store::open("memory").expect("opens");
+    assert_eq!(opened.describe(), "memory");
 }
