@@ -15,7 +15,7 @@ use crate::executor::live::{ScopeEnd, ScopeState};
 use crate::executor::{NoTools, RunContext, Scope, ToolExecutor};
 use crate::result::CodeModeResult;
 use crate::run::host::{Host, RuntimeOptions};
-use crate::run::store::{RunStore, StoreLimits};
+use crate::run::live::{LiveLimits, LiveRuns};
 use crate::session::CodeModeSession;
 use crate::slots::ProcessSlots;
 
@@ -79,28 +79,29 @@ impl CodeModeRuntime {
             options.vm_queue_timeout,
         );
         let default_slots = slots.scope_slots();
+        let backend: Arc<dyn codemode_store::RunBackend> = match &options.durable_store {
+            Some(store) => Arc::clone(&store.0),
+            None => Arc::new(codemode_store::MemoryBackend::new()),
+        };
         let inner = Arc::new_cyclic(|weak: &Weak<Host>| Host {
             config,
             sandbox,
-            store: RunStore::new(
-                StoreLimits {
+            live: LiveRuns::new(
+                LiveLimits {
                     max_runs: options.max_suspended_runs,
                     max_runs_per_scope: options.max_suspended_runs_per_scope,
                     max_bytes: options.max_store_bytes,
                     max_bytes_per_scope: options.max_store_bytes_per_scope,
                 },
-                options.durable_store.as_ref().map(|d| Arc::clone(&d.0)),
+                Arc::clone(&backend),
             ),
-            durable: options
-                .durable_store
-                .as_ref()
-                .map(|d| crate::run::durable::Durable {
-                    backend: Arc::clone(&d.0),
-                    bounds: codemode_store::Bounds {
-                        max_runs: options.max_suspended_runs,
-                        max_bytes: options.max_store_bytes as u64,
-                    },
-                }),
+            store: crate::run::record::Store {
+                backend,
+                bounds: codemode_store::Bounds {
+                    max_runs: options.max_suspended_runs,
+                    max_bytes: options.max_store_bytes as u64,
+                },
+            },
             slots,
             options,
             scopes: Mutex::new(HashMap::new()),
@@ -135,12 +136,12 @@ impl CodeModeRuntime {
 
     /// Suspended runs currently held (waiting or being resumed).
     pub fn suspended_runs(&self) -> usize {
-        self.inner.store.len()
+        self.inner.live.len()
     }
 
     /// Snapshot bytes held in memory by waiting runs.
     pub fn suspended_bytes(&self) -> usize {
-        self.inner.store.bytes_held()
+        self.inner.live.bytes_held()
     }
 
     /// The durable store (`file:PATH`, `redis://HOST:PORT/DB`) and what it
@@ -152,10 +153,10 @@ impl CodeModeRuntime {
         String,
         Result<codemode_store::StoreStats, codemode_store::StoreError>,
     )> {
-        self.inner
-            .durable
-            .as_ref()
-            .map(|d| (d.backend.describe(), d.backend.stats()))
+        let backend = &self.inner.store.backend;
+        backend
+            .outlives_process()
+            .then(|| (backend.describe(), backend.stats()))
     }
 
     /// Code mode for one agent run: `context` scopes its runs and reaches
@@ -231,7 +232,7 @@ impl CodeModeRuntime {
             scope.abort();
         }
         drop(scopes);
-        self.inner.store.abort_session(session);
+        self.inner.live.abort_session(session);
     }
 
     /// Every scope with a live session. Upgraded under the lock but used
@@ -264,7 +265,7 @@ impl CodeModeRuntime {
         }
         self.inner.default_scope.abort();
         drop(scopes);
-        self.inner.store.clear();
+        self.inner.live.clear();
     }
 
     fn default_session(&self) -> CodeModeSession {
@@ -302,13 +303,12 @@ fn start_reaper(inner: Weak<Host>) {
                 let Some(inner) = inner.upgrade() else {
                     return;
                 };
-                inner.store.expire_now();
+                inner.live.expire_now();
                 ticks += 1;
-                // The durable store's own expiry is exact on claim; this
-                // only frees its space (every 10 s).
+                // The store's own expiry is exact on claim; this only
+                // frees its space (every 10 s).
                 if ticks.is_multiple_of(20)
-                    && let Some(durable) = &inner.durable
-                    && let Err(e) = durable.backend.expire()
+                    && let Err(e) = inner.store.backend.expire()
                 {
                     tracing::warn!(error = %e, "the run store could not drop expired runs");
                 }

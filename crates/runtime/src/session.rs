@@ -309,7 +309,7 @@ impl CodeModeSession {
     /// `wait` calls in this scope fail with `aborted`.
     pub fn abort(&self) {
         self.scope.abort();
-        self.host.store.abort_scope(&self.scope.scope);
+        self.host.live.abort_scope(&self.scope.scope);
     }
 
     /// The session's client is gone: its live drives stop (`aborted`) and
@@ -319,7 +319,7 @@ impl CodeModeSession {
     pub fn close(&self) {
         self.scope.abort();
         let key = self.scope.scope.owner_key();
-        self.host.store.close_scope(&self.scope.scope, &key);
+        self.host.live.close_scope(&self.scope.scope, &key);
     }
 
     /// Cancels the exec or wait running now with model call id `call_id`
@@ -344,7 +344,7 @@ impl CodeModeSession {
     /// its snapshot discarded; `wait` then says `aborted`). Returns whether
     /// such a run was waiting.
     pub fn abort_run(&self, run_id: &str) -> bool {
-        self.host.store.abort_run(run_id, &self.scope.scope)
+        self.host.live.abort_run(run_id, &self.scope.scope)
     }
 }
 

@@ -16,12 +16,12 @@ use crate::run::bridge::settlement;
 use crate::run::calls::Cancel;
 use crate::run::drain::{drive, live};
 use crate::run::env::{DriveCtx, RunEnv};
+use crate::run::live::StoreError;
 use crate::run::outcome::{
     Driven, aborted_failure, finish, host_failure, record_call, record_call_run, with_telemetry,
 };
 use crate::run::prepare::prepare;
 use crate::run::state::{RunInfo, RunState};
-use crate::run::store::StoreError;
 
 /// The model's `exec`.
 pub(crate) async fn exec(env: &RunEnv, call_id: &str, raw: &Value) -> CodeModeResult {
@@ -270,7 +270,6 @@ fn store_refusal(e: &StoreError, run_id: &str) -> (CodeModeResult, Vec<SnapshotE
         StoreError::Unknown
         | StoreError::Busy
         | StoreError::OtherScope
-        | StoreError::Full { .. }
         | StoreError::ScopeFull { .. }
         | StoreError::OwnerFull { .. }
         | StoreError::BytesFull { .. }

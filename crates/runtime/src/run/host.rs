@@ -12,7 +12,7 @@ use crate::catalog::Catalog;
 use crate::config::CodeModeConfig;
 use crate::executor::Scope;
 use crate::executor::live::{ScopeEnd, ScopeState};
-use crate::run::store::RunStore;
+use crate::run::live::LiveRuns;
 use crate::slots::ProcessSlots;
 
 /// Process-level options beyond `tools.codeMode`.
@@ -53,9 +53,10 @@ pub struct RuntimeOptions {
     /// Bytes of results one run may hold as handles (released with the
     /// run); past it a large result rejects its call.
     pub max_held_result_bytes: usize,
-    /// Where waiting runs are also kept, beyond this process's memory: the
+    /// Where waiting runs are stored, beyond this process's memory: the
     /// embedded file store or Redis ([`codemode_store::open`]). `None`
-    /// (the default): runs live in memory only and end with the process.
+    /// (the default): a [`codemode_store::MemoryBackend`], runs end with
+    /// the process.
     pub durable_store: Option<DurableStore>,
 }
 
@@ -98,9 +99,11 @@ pub(crate) struct Host {
     pub(crate) config: CodeModeConfig,
     pub(crate) options: RuntimeOptions,
     pub(crate) sandbox: Sandbox,
-    pub(crate) store: RunStore,
-    /// The durable store, if runs outlive the process.
-    pub(crate) durable: Option<crate::run::durable::Durable>,
+    /// The live copies of waiting runs this process holds.
+    pub(crate) live: LiveRuns,
+    /// Where waiting runs are stored: this process's memory unless
+    /// [`RuntimeOptions::durable_store`] names a durable store.
+    pub(crate) store: crate::run::record::Store,
     pub(crate) slots: ProcessSlots,
     pub(crate) scopes: Mutex<HashMap<Scope, Weak<ScopeState>>>,
     /// The scope of [`crate::CodeModeRuntime::exec`] / [`crate::CodeModeRuntime::wait`].
@@ -136,7 +139,7 @@ impl Host {
 
 impl ScopeEnd for Host {
     fn scope_ended(&self, scope: &Scope) {
-        self.store.discard_scope(scope);
+        self.live.discard_scope(scope);
         self.forget_scope(scope);
     }
 }

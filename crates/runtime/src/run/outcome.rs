@@ -19,10 +19,10 @@ use crate::result::{
     WaitReason,
 };
 use crate::run::calls::Cancel;
-use crate::run::durable::Durable;
 use crate::run::env::{DriveCtx, RunEnv};
+use crate::run::live::{LiveRun, StoreError};
+use crate::run::record::Store;
 use crate::run::state::{RunInfo, RunState};
-use crate::run::store::{StoreError, SuspendedRun};
 use crate::trajectory::TrajectoryEvent;
 
 /// What a drive of the VM ended in.
@@ -186,29 +186,24 @@ pub(crate) fn finish(
             return end(&mut state, failed, Cancel::RunEnded, events);
         }
     };
-    let run_id = resumed.map_or_else(crate::run::store::new_run_id, str::to_owned);
-    let generation = match ctx.host.durable.as_ref() {
-        None => None,
-        Some(durable) => {
-            if carry_arrived(ctx, durable, &mut state, &run_id) {
-                return end(&mut state, aborted_failure(), Cancel::Aborted, events);
-            }
-            match write_record(ctx, durable, &state, &snapshot, &run_id) {
-                Ok(generation) => Some(generation),
-                Err((code, message)) => {
-                    state.calls.sink().stop();
-                    telemetry.limit_failure =
-                        (code == ErrorCode::SnapshotLimitExceeded).then_some(code);
-                    let failed = CodeModeResult::Failed {
-                        error: message,
-                        code: Some(code),
-                        output,
-                        receipts: Receipts::default(),
-                        telemetry,
-                    };
-                    return end(&mut state, failed, Cancel::RunEnded, events);
-                }
-            }
+    let run_id = resumed.map_or_else(crate::run::live::new_run_id, str::to_owned);
+    let store = &ctx.host.store;
+    if carry_arrived(ctx, store, &mut state, &run_id) {
+        return end(&mut state, aborted_failure(), Cancel::Aborted, events);
+    }
+    let generation = match write_record(ctx, store, &state, &snapshot, &run_id) {
+        Ok(generation) => generation,
+        Err((code, message)) => {
+            state.calls.sink().stop();
+            telemetry.limit_failure = (code == ErrorCode::SnapshotLimitExceeded).then_some(code);
+            let failed = CodeModeResult::Failed {
+                error: message,
+                code: Some(code),
+                output,
+                receipts: Receipts::default(),
+                telemetry,
+            };
+            return end(&mut state, failed, Cancel::RunEnded, events);
         }
     };
     events.push(SnapshotEvent {
@@ -246,7 +241,7 @@ fn end_run(
     events: &mut Vec<SnapshotEvent>,
 ) -> CodeModeResult {
     if let Some(run_id) = resumed {
-        ctx.host.store.finish(run_id);
+        ctx.host.live.finish(run_id);
         forget(ctx, run_id);
     }
     state.info.cancelled += state.calls.cancel_all(why) as u32;
@@ -261,21 +256,21 @@ fn end_run(
     result
 }
 
-/// A run that ends (or could not wait) leaves the durable store too.
+/// A run that ends (or could not wait) leaves the store.
 fn forget(ctx: &DriveCtx, run_id: &str) {
-    if let Some(d) = &ctx.host.durable
-        && let Err(e) = d.backend.remove(run_id)
-    {
+    if let Err(e) = ctx.host.store.backend.remove(run_id) {
         tracing::warn!(run_id, error = %e, "a finished run could not be removed from the run store; it expires with its TTL");
     }
 }
 
-/// From here on the run's results are written to the durable store; those
-/// that arrived before are kept in the record (carried), so none is lost
-/// whichever process resumes the run. Returns whether the run was aborted
-/// meanwhile (then nothing is written).
-fn carry_arrived(ctx: &DriveCtx, durable: &Durable, state: &mut RunState, run_id: &str) -> bool {
-    state.calls.sink().persist_to(&durable.backend, run_id);
+/// From here on the run's results are written to a store that outlives the
+/// process; those that arrived before are kept in the record (carried), so
+/// none is lost whichever process resumes the run. Returns whether the run
+/// was aborted meanwhile (then nothing is written).
+fn carry_arrived(ctx: &DriveCtx, store: &Store, state: &mut RunState, run_id: &str) -> bool {
+    if store.backend.outlives_process() {
+        state.calls.sink().persist_to(&store.backend, run_id);
+    }
     // A claim not yet taken is moot: the run waits again.
     state.calls.defer_claim(None);
     let (arrived, aborted) = state.calls.arrived();
@@ -293,19 +288,28 @@ fn carry_arrived(ctx: &DriveCtx, durable: &Durable, state: &mut RunState, run_id
 /// message of why the run cannot wait.
 fn write_record(
     ctx: &DriveCtx,
-    durable: &Durable,
+    store: &Store,
     state: &RunState,
     snapshot: &Snapshot,
     run_id: &str,
 ) -> Result<u64, (ErrorCode, String)> {
-    let record =
-        crate::run::durable::encode(state, &snapshot.to_bytes(), durable.backend.instance());
+    let backend = &store.backend;
+    let record = if backend.outlives_process() {
+        crate::run::record::encode(state, &snapshot.to_bytes(), backend.instance())
+    } else {
+        crate::run::record::LIVE_ONLY.to_vec()
+    };
     let ttl = Duration::from_secs(ctx.host.config.snapshot_ttl_seconds);
-    durable
-        .backend
-        .put(run_id, &state.owner_key, &record, ttl, durable.bounds)
+    backend
+        .put(run_id, &state.owner_key, &record, ttl, store.bounds)
         .map_err(|e| match &e {
-            codemode_store::StoreError::Full { .. } | codemode_store::StoreError::BytesFull { .. } => (
+            codemode_store::StoreError::Full { limit } => (
+                ErrorCode::SnapshotLimitExceeded,
+                format!(
+                    "too many suspended runs are held at once (limit {limit}, maxSuspendedRuns, over every process sharing the store); finish or abandon some before starting more"
+                ),
+            ),
+            codemode_store::StoreError::BytesFull { .. } => (
                 ErrorCode::SnapshotLimitExceeded,
                 format!(
                     "the run could not wait: {e} (maxSuspendedRuns / maxStoreBytes over every process sharing the store); finish or abandon waiting runs, or keep less data alive across awaits"
@@ -363,15 +367,15 @@ struct Waiting {
     telemetry: Telemetry,
 }
 
-/// Keeps the suspended run in the process's store: `waiting`, or why it
-/// cannot wait.
+/// Keeps the live copy of the stored run: `waiting`, or why it cannot
+/// wait.
 fn hold(
     ctx: &DriveCtx,
     resumed: Option<&str>,
     run_id: String,
     snapshot: Snapshot,
     state: RunState,
-    generation: Option<u64>,
+    generation: u64,
     waiting: Waiting,
 ) -> CodeModeResult {
     let Waiting {
@@ -382,10 +386,10 @@ fn hold(
     } = waiting;
     let run_tag = Arc::clone(&state.run_tag);
     let ttl = Duration::from_secs(ctx.host.config.snapshot_ttl_seconds);
-    let inserted = ctx.host.store.insert(
+    let inserted = ctx.host.live.insert(
         &run_id,
         resumed.is_some(),
-        SuspendedRun {
+        LiveRun {
             snapshot,
             state,
             expires: Instant::now() + ttl,
@@ -401,7 +405,7 @@ fn hold(
             let _ = run_tag.set(run_id.clone());
             if ctx.scope.is_aborted() {
                 // Aborted between the check in `finish` and the insert.
-                ctx.host.store.abort_run(&run_id, &ctx.scope.scope);
+                ctx.host.live.abort_run(&run_id, &ctx.scope.scope);
                 aborted_failure()
             } else {
                 CodeModeResult::Waiting {

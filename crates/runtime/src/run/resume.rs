@@ -1,7 +1,7 @@
-//! Taking a waiting run for `wait`: from this process's memory, or — with a
-//! durable store — claimed there and rebuilt from its record when this
-//! process has no current live copy (after a restart, on another replica,
-//! or when another process resumed it since).
+//! Taking a waiting run for `wait`: claimed in the run store, then resumed
+//! from this process's live copy when it is the current one, or rebuilt
+//! from its record (after a restart, on another replica, or when another
+//! process resumed it since).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -13,11 +13,11 @@ use crate::config::Language;
 use crate::executor::{ToolCallError, ToolFuture};
 use crate::run::bridge::settlement;
 use crate::run::calls::{CallInfo, Finished};
-use crate::run::durable::{self, Durable, PendingCall};
 use crate::run::env::{DriveCtx, RunEnv};
+use crate::run::live::StoreError;
+use crate::run::record::{self, PendingCall};
 use crate::run::sink::{self, DeferredClaim};
 use crate::run::state::RunState;
-use crate::run::store::StoreError;
 
 /// A run taken for a `wait`.
 pub(crate) struct Taken {
@@ -28,90 +28,48 @@ pub(crate) struct Taken {
     pub(crate) ready: VecDeque<(u32, Settlement)>,
 }
 
-fn from_store(e: codemode_store::StoreError) -> StoreError {
-    use codemode_store::StoreError as E;
-    match e {
-        E::Unknown => StoreError::Unknown,
-        E::Expired => StoreError::Expired,
-        E::Busy { .. } => StoreError::Busy,
-        E::Interrupted { .. } => StoreError::Interrupted,
-        E::OtherOwner => StoreError::OtherScope,
-        E::Unavailable { .. } | E::Full { .. } | E::BytesFull { .. } => {
-            StoreError::Unavailable(e.to_string())
-        }
-    }
-}
-
-/// Takes `run_id` for a `wait` of `session`. Blocks on the durable store.
+/// Takes `run_id` for a `wait` of `session`. Blocks on the store.
 pub(crate) fn take_for_wait(
     env: &RunEnv,
     ctx: &DriveCtx,
     run_id: &str,
 ) -> Result<Taken, StoreError> {
-    let inner = &ctx.host;
+    let host = &ctx.host;
+    let backend = &host.store.backend;
     let key = Arc::clone(&env.owner_key);
-    let local = inner.store.take(run_id, &env.scope.scope, &key);
-    let Some(durable) = &inner.durable else {
-        return local.map(|run| rehome(env, run.snapshot, run.state));
+    // The store decides; a live copy of the generation it names is current.
+    let claimed = backend
+        .claim_deferred(run_id, &key, host.live.generation(run_id))
+        .map_err(|e| host.live.refusal(run_id, e))?;
+    let owner = env.owner.as_ref().map(|o| Arc::clone(&o.name));
+    let live = host.live.begin_resume(
+        run_id,
+        &env.scope.scope,
+        owner,
+        Arc::clone(&key),
+        claimed.generation,
+    );
+    let mut taken = match live {
+        Ok(Some(run)) => rehome(env, run.snapshot, run.state),
+        Ok(None) => restore(env, ctx, run_id, claimed)?,
+        Err(aborted) => {
+            forget(backend, run_id);
+            return Err(aborted);
+        }
     };
-    match local {
-        Ok(mut run) if durable.backend.exclusive() => {
-            // Only this process uses the store: its live copy is current,
-            // and the claim waits for the run's first new call.
-            run.state.calls.sink().stop();
-            let claim = run.generation.map(|generation| DeferredClaim {
-                backend: Arc::clone(&durable.backend),
-                run_id: run_id.to_owned(),
-                owner_key: Arc::clone(&key),
-                generation,
-            });
-            run.state.calls.defer_claim(claim);
-            Ok(rehome(env, run.snapshot, run.state))
-        }
-        Ok(mut run) => match durable.backend.claim(run_id, &key, run.generation) {
-            Ok(claimed) if Some(claimed.generation) == run.generation => {
-                // This process's live copy is current: no decoding, and its
-                // calls deliver through their channel.
-                run.state.calls.sink().stop();
-                Ok(rehome(env, run.snapshot, run.state))
-            }
-            Ok(claimed) => {
-                // Another process resumed and stored the run since: the
-                // live copy is stale. Its calls keep running and write
-                // their results to the store.
-                run.state.calls.detach_all();
-                drop(run);
-                restore(env, ctx, durable, run_id, claimed)
-            }
-            Err(e @ codemode_store::StoreError::Unavailable { .. }) => {
-                // The run keeps waiting here; the caller may retry.
-                let message = e.to_string();
-                if inner.store.insert(run_id, true, run).is_err() {
-                    tracing::warn!(run_id, "a run could not be put back after a store error");
-                }
-                Err(StoreError::Unavailable(message))
-            }
-            Err(e) => {
-                run.state.calls.detach_all();
-                drop(run);
-                inner.store.finish(run_id);
-                Err(from_store(e))
-            }
-        },
-        Err(StoreError::Unknown) => {
-            let claimed = durable
-                .backend
-                .claim(run_id, &key, None)
-                .map_err(from_store)?;
-            inner.store.insert_resuming(
-                run_id,
-                &env.scope.scope,
-                env.owner.as_ref().map(|o| Arc::clone(&o.name)),
-                Arc::clone(&key),
-            );
-            restore(env, ctx, durable, run_id, claimed)
-        }
-        Err(e) => Err(e),
+    // Results reach the live run through its calls' channels again, and
+    // the claim lasts before the run's first new nested call.
+    taken.state.calls.sink().stop();
+    taken.state.calls.defer_claim(Some(DeferredClaim {
+        backend: Arc::clone(backend),
+        run_id: run_id.to_owned(),
+    }));
+    Ok(taken)
+}
+
+fn forget(backend: &Arc<dyn codemode_store::RunBackend>, run_id: &str) {
+    if let Err(e) = backend.remove(run_id) {
+        tracing::warn!(run_id, error = %e, "a run could not be removed from the run store; it expires with its TTL");
     }
 }
 
@@ -127,24 +85,21 @@ fn rehome(env: &RunEnv, snapshot: Snapshot, mut state: RunState) -> Taken {
     }
 }
 
-/// Rebuilds a run from its durable record.
+/// Rebuilds a run from its record.
 fn restore(
     env: &RunEnv,
     ctx: &DriveCtx,
-    durable: &Durable,
     run_id: &str,
     claimed: codemode_store::Claimed,
 ) -> Result<Taken, StoreError> {
     let inner = &ctx.host;
-    let backend = &durable.backend;
+    let backend = &inner.store.backend;
     let refuse = |reason: String| {
-        inner.store.finish(run_id);
-        if let Err(e) = backend.remove(run_id) {
-            tracing::warn!(run_id, error = %e, "an unrestorable run could not be removed from the run store");
-        }
+        inner.live.finish(run_id);
+        forget(backend, run_id);
         StoreError::Restore(reason)
     };
-    let (mut record, snapshot_bytes) = durable::decode(&claimed.record).map_err(refuse)?;
+    let (mut record, snapshot_bytes) = record::decode(&claimed.record).map_err(refuse)?;
     let snapshot = Snapshot::from_bytes(
         snapshot_bytes,
         &inner.sandbox.build_id(),
@@ -222,7 +177,7 @@ fn adopt(
     let info = CallInfo {
         call_id: call.call_id.clone(),
         tool_id: call.tool_id.clone(),
-        method: durable::static_method(&call.method),
+        method: record::static_method(&call.method),
         parent_call_id: state.parent_call_id.clone(),
         input_bytes: 0,
         gate: None,
@@ -242,7 +197,7 @@ fn adopt(
         let stop = StopOnDrop(Arc::default());
         let cancelled = Arc::clone(&stop.0);
         let waited = tokio::task::spawn_blocking(move || {
-            durable::await_remote(&backend, &run_id, &call, &cancelled)
+            record::await_remote(&backend, &run_id, &call, &cancelled)
         })
         .await;
         drop(stop);

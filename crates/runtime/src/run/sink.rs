@@ -1,5 +1,6 @@
 //! Where a waiting run's nested results go while the run is held by a
-//! durable store ([`ResultSink`]), the deferred claim of a resumed run, and
+//! store that outlives the process ([`ResultSink`]), the deferred claim of
+//! a resumed run, and
 //! the stored form of one call's outcome. Below the calls that write them.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -10,36 +11,31 @@ use serde_json::Value;
 
 use crate::executor::ToolCallError;
 
-/// The claim of a run resumed from this process's live copy in a store
-/// one process holds alone ([`RunBackend::exclusive`]): taken before the
-/// resumed run's first new nested call, so a resume that only delivers
+/// The claim of a resumed run, made lasting before the run's first new
+/// nested call ([`RunBackend::confirm_claim`]): a store one process holds
+/// alone keeps it in memory until then, so a resume that only delivers
 /// results and ends costs no write that must reach the disk.
 pub(crate) struct DeferredClaim {
     pub(crate) backend: Arc<dyn RunBackend>,
     pub(crate) run_id: String,
-    pub(crate) owner_key: Arc<str>,
-    pub(crate) generation: u64,
 }
 
 impl DeferredClaim {
-    /// Takes the claim now.
+    /// Makes the claim lasting now.
     ///
     /// # Errors
     /// Why the store could not record it (the call must not start).
     pub(crate) fn take(self) -> Result<(), ToolCallError> {
-        self.backend
-            .claim(&self.run_id, &self.owner_key, Some(self.generation))
-            .map(|_| ())
-            .map_err(|e| {
-                ToolCallError::new(format!(
-                    "the run store could not record that this run resumed ({e}); the call was not started"
-                ))
-            })
+        self.backend.confirm_claim(&self.run_id).map_err(|e| {
+            ToolCallError::new(format!(
+                "the run store could not record that this run resumed ({e}); the call was not started"
+            ))
+        })
     }
 }
 
 /// Where a run's nested-call results are written while it waits in a
-/// durable store; shared with the tasks of its calls.
+/// store that outlives the process; shared with the tasks of its calls.
 #[derive(Clone, Default)]
 pub(crate) struct ResultSink(Arc<Mutex<Option<Target>>>);
 

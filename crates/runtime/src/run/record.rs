@@ -1,19 +1,20 @@
-//! Durable runs: what of a waiting run goes to a [`RunBackend`] (the
-//! embedded file store, Redis), and how a run comes back from it in a
-//! process that has none of its live state (after a restart, or on another
-//! replica).
+//! Run records: what of a waiting run goes to the run store
+//! ([`RunBackend`]: this process's memory, the embedded file store, Redis),
+//! and how a run comes back from it in a process that has none of its live
+//! state (after a restart, or on another replica).
 //!
-//! The in-memory [`crate::run::store::RunStore`] stays the place of a run's live
-//! state (its calls in flight, its snapshot) in the process that suspended
-//! it; the backend holds the same run as bytes, and is the authority on
-//! who may resume it: every `wait` claims the run there first. A process
-//! whose live copy is older than the backend's generation drops it (its
-//! calls keep running and write their results to the backend).
+//! The store is the authority on which runs exist and who may resume them:
+//! every `wait` claims the run there first. The process that suspended a
+//! run keeps its live state beside it ([`crate::run::live::LiveRuns`]); a
+//! process whose live copy is older than the store's generation drops it
+//! (its calls keep running and write their results to the store).
 //!
 //! A record is `CMR1`, the length of a JSON header, the header (counters,
 //! yields, carried results, calls in flight with the process running them,
 //! the TypeScript source, held result handles) and the snapshot's own
-//! persisted form (build id checked on restore).
+//! persisted form (build id checked on restore). A store that does not
+//! outlive the process gets [`LIVE_ONLY`] instead: its runs are only ever
+//! resumed from their live copy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +28,8 @@ use crate::executor::ToolCallError;
 use crate::run::sink::{decode_outcome, interrupted_call};
 use crate::run::state::{RunInfo, RunState};
 
-/// A durable store and the bounds that hold over it.
-pub(crate) struct Durable {
+/// The run store and the bounds that hold over it.
+pub(crate) struct Store {
     pub(crate) backend: Arc<dyn RunBackend>,
     pub(crate) bounds: codemode_store::Bounds,
 }
@@ -114,6 +115,10 @@ impl RunRecord {
 
 const MAGIC: &[u8; 4] = b"CMR1";
 
+/// The record of a run in a store that does not outlive the process
+/// ([`RunBackend::outlives_process`]): its live copy is all there is.
+pub(crate) const LIVE_ONLY: &[u8; 4] = b"CMR0";
+
 /// The record of a waiting run, with `snapshot` (its persisted form).
 pub(crate) fn encode(state: &RunState, snapshot: &[u8], instance: &str) -> Vec<u8> {
     let i = &state.info;
@@ -155,6 +160,11 @@ pub(crate) fn encode(state: &RunState, snapshot: &[u8], instance: &str) -> Vec<u
 
 /// The record and the snapshot bytes, or why the bytes are no record.
 pub(crate) fn decode(bytes: &[u8]) -> Result<(RunRecord, &[u8]), String> {
+    if bytes == LIVE_ONLY {
+        return Err(
+            "the run store keeps this run only as the live copy of the process that suspended it, and that copy is gone".into(),
+        );
+    }
     if bytes.get(..4) != Some(MAGIC.as_slice()) {
         return Err("not a codemode run record (another format or version)".into());
     }

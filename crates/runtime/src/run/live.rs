@@ -1,31 +1,37 @@
-//! The run store: suspended runs held in process memory, bounded in count,
-//! by TTL, and (through the sandbox's snapshot limit) in bytes per run.
+//! The live runs: the copy of each waiting run this process holds (its
+//! snapshot, and the state no store can hold: calls in flight, their
+//! channels, the session's hooks), beside the run store
+//! ([`codemode_store::RunBackend`]) that is the one authority on which
+//! runs exist, who may resume them, and which copy is current.
 //!
-//! A run is *taken* out of the store while it is resumed, so two concurrent
-//! `wait`s on one run cannot both restore it: the second sees it as busy.
-//! Every run is bound to the scope (agent, session, agent run) that made
-//! it. Dropping a stored run cancels its in-flight nested calls.
+//! A `wait` claims the run in the store first, then takes the live copy
+//! here if it is the current generation ([`LiveRuns::begin_resume`]).
+//! What is process-local is kept here: the bounds per scope (session) and
+//! per owner and on the memory waiting runs hold, and aborts (a run
+//! aborted while it is resumed cannot wait again). Dropping a live run
+//! cancels its in-flight nested calls.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use codemode_sandbox::Snapshot;
+use codemode_store::RunBackend;
 
 use crate::executor::Scope;
 use crate::run::state::RunState;
 
-/// A run waiting for `wait`.
-pub(crate) struct SuspendedRun {
+/// A run waiting for `wait`, as this process holds it.
+pub(crate) struct LiveRun {
     pub(crate) snapshot: Snapshot,
     pub(crate) state: RunState,
     pub(crate) expires: Instant,
-    /// The run's generation in the durable store, if there is one: this
-    /// live copy is current only while the store says the same.
-    pub(crate) generation: Option<u64>,
+    /// The run's generation in the store: this live copy is current only
+    /// while the store says the same.
+    pub(crate) generation: u64,
 }
 
-impl SuspendedRun {
+impl LiveRun {
     /// Memory the waiting run holds: its snapshot and the large results
     /// it keeps as handles (both count against the store's byte bounds).
     pub(crate) fn held_bytes(&self) -> usize {
@@ -46,9 +52,6 @@ pub(crate) enum StoreError {
     Unavailable(String),
     /// The durable record cannot be restored (another guest build, damage).
     Restore(String),
-    Full {
-        limit: usize,
-    },
     ScopeFull {
         limit: usize,
     },
@@ -98,9 +101,6 @@ impl StoreError {
             StoreError::Unavailable(reason) => format!(
                 "{reason}; the run \"{run_id}\" is not lost: call wait again when the store is back"
             ),
-            StoreError::Full { limit } => format!(
-                "too many suspended runs are held at once (limit {limit}); finish or abandon some before starting more"
-            ),
             StoreError::ScopeFull { limit } => format!(
                 "this session already holds {limit} suspended runs (the limit per session); resume them with wait or let them expire before starting more"
             ),
@@ -126,7 +126,7 @@ impl StoreError {
 }
 
 enum Slot {
-    Waiting(Box<SuspendedRun>),
+    Waiting(Box<LiveRun>),
     /// Taken by a `wait` that is running now.
     Resuming {
         scope: Scope,
@@ -135,7 +135,7 @@ enum Slot {
         owner_key: Arc<str>,
         abort: bool,
     },
-    Expired,
+    /// So a later `wait` hears "aborted", not "unknown".
     Aborted,
 }
 
@@ -154,9 +154,10 @@ impl Slot {
     }
 }
 
-/// The store's bounds.
+/// The bounds on live runs (the store bounds their number).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct StoreLimits {
+pub(crate) struct LiveLimits {
+    /// Bounds the tombstones.
     pub(crate) max_runs: usize,
     /// So one session (one MCP client, one agent run) cannot take every
     /// slot of the process from the others.
@@ -167,12 +168,11 @@ pub(crate) struct StoreLimits {
     pub(crate) max_bytes_per_scope: usize,
 }
 
-pub(crate) struct RunStore {
+pub(crate) struct LiveRuns {
     runs: Mutex<HashMap<String, Slot>>,
-    limits: StoreLimits,
-    /// The durable store runs are also written to, if any: aborted runs
-    /// are removed there too.
-    durable: Option<Arc<dyn codemode_store::RunBackend>>,
+    limits: LiveLimits,
+    /// The store: aborted and discarded runs are removed there too.
+    backend: Arc<dyn RunBackend>,
 }
 
 /// A fresh run id: `run_` and 128 random bits.
@@ -184,30 +184,20 @@ pub(crate) fn new_run_id() -> String {
     )
 }
 
-/// Whether `key` may resume a run owned by `owner_key`.
-fn may_resume(owner_key: &str, key: &str) -> bool {
-    owner_key == codemode_store::ANY_OWNER || owner_key == key
-}
-
-impl RunStore {
-    pub(crate) fn new(
-        limits: StoreLimits,
-        durable: Option<Arc<dyn codemode_store::RunBackend>>,
-    ) -> RunStore {
-        RunStore {
+impl LiveRuns {
+    pub(crate) fn new(limits: LiveLimits, backend: Arc<dyn RunBackend>) -> LiveRuns {
+        LiveRuns {
             runs: Mutex::new(HashMap::new()),
             limits,
-            durable,
+            backend,
         }
     }
 
-    /// Removes aborted runs from the durable store (outside the lock).
-    fn forget_durable(&self, ids: &[String]) {
-        if let Some(backend) = &self.durable {
-            for id in ids {
-                if let Err(e) = backend.remove(id) {
-                    tracing::warn!(run_id = %id, error = %e, "an aborted run could not be removed from the run store; it expires with its TTL");
-                }
+    /// Removes aborted or discarded runs from the store (outside the lock).
+    fn forget_stored(&self, ids: &[String]) {
+        for id in ids {
+            if let Err(e) = self.backend.remove(id) {
+                tracing::warn!(run_id = %id, error = %e, "an aborted run could not be removed from the run store; it expires with its TTL");
             }
         }
     }
@@ -250,17 +240,18 @@ impl RunStore {
             .sum()
     }
 
-    /// Drops expired snapshots (cancelling their calls), remembering their
-    /// ids so that a late `wait` says "expired" rather than "unknown".
+    /// Drops expired snapshots (cancelling their calls); the store says
+    /// "expired" to a late `wait` (its copy expired first: it was stored
+    /// before this one).
     #[must_use = "expired runs must be dropped outside the store's lock"]
-    fn sweep(&self, runs: &mut HashMap<String, Slot>, now: Instant) -> Vec<SuspendedRun> {
+    fn sweep(&self, runs: &mut HashMap<String, Slot>, now: Instant) -> Vec<LiveRun> {
         // With a store other processes share, this copy may be stale: the
         // run may be resumed elsewhere and follow its calls through the
         // store. They are left to finish (and write their results) rather
         // than cancelled; the store's own TTL ends the run.
-        let shared = self.durable.as_ref().is_some_and(|d| !d.exclusive());
+        let shared = !self.backend.exclusive();
         let mut expired = Vec::new();
-        for (id, slot) in runs.iter_mut() {
+        runs.retain(|id, slot| {
             if let Slot::Waiting(run) = slot
                 && run.expires <= now
             {
@@ -273,14 +264,16 @@ impl RunStore {
                     calls = if shared { "left to finish" } else { "cancelled" },
                     "suspended run expired (snapshotTtlSeconds): snapshot discarded"
                 );
-                if let Slot::Waiting(mut run) = std::mem::replace(slot, Slot::Expired) {
+                if let Slot::Waiting(mut run) = std::mem::replace(slot, Slot::Aborted) {
                     if shared {
                         run.state.calls.detach_all();
                     }
                     expired.push(*run);
                 }
+                return false;
             }
-        }
+            true
+        });
         expired
     }
 
@@ -295,24 +288,24 @@ impl RunStore {
             .sum()
     }
 
-    /// Stores a suspended run under `run_id` (a run waiting again keeps its
-    /// id) or a new id.
+    /// Holds the live copy of a run just stored under `run_id` (a run
+    /// waiting again keeps its id).
     ///
     /// # Errors
-    /// `Full` when the process holds the maximum; `Aborted` when the run
-    /// was aborted while it was being resumed.
+    /// Past a bound of its scope, its owner or the process's memory;
+    /// `Aborted` when the run was aborted while it was being resumed.
     pub(crate) fn insert(
         &self,
         run_id: &str,
         resumed: bool,
-        run: SuspendedRun,
+        run: LiveRun,
     ) -> Result<String, StoreError> {
         let mut runs = self.lock();
         let expired = self.sweep(&mut runs, Instant::now());
         let limits = self.limits;
         let needed = run.held_bytes();
         let scope = run.state.scope.clone();
-        let held = RunStore::held_bytes(runs.values(), None);
+        let held = LiveRuns::held_bytes(runs.values(), None);
         if held.saturating_add(needed) > limits.max_bytes {
             drop(runs);
             drop(expired);
@@ -322,7 +315,7 @@ impl RunStore {
                 needed,
             });
         }
-        let held_here = RunStore::held_bytes(runs.values(), Some(&scope));
+        let held_here = LiveRuns::held_bytes(runs.values(), Some(&scope));
         if held_here.saturating_add(needed) > limits.max_bytes_per_scope {
             drop(runs);
             drop(expired);
@@ -343,7 +336,7 @@ impl RunStore {
         runs: &mut HashMap<String, Slot>,
         run_id: &str,
         resumed: bool,
-        run: SuspendedRun,
+        run: LiveRun,
     ) -> Result<String, StoreError> {
         if resumed {
             let id = run_id;
@@ -359,19 +352,13 @@ impl RunStore {
                 _ => {}
             }
         }
-        let live = runs.values().filter(|s| s.is_live()).count();
-        if live >= self.limits.max_runs {
-            return Err(StoreError::Full {
-                limit: self.limits.max_runs,
-            });
-        }
         let scope = &run.state.scope;
         let in_scope = runs
             .values()
             .filter(|slot| match slot {
                 Slot::Waiting(other) => other.state.scope == *scope,
                 Slot::Resuming { scope: other, .. } => other == scope,
-                Slot::Expired | Slot::Aborted => false,
+                Slot::Aborted => false,
             })
             .count();
         if in_scope >= self.limits.max_runs_per_scope {
@@ -389,7 +376,7 @@ impl RunStore {
                         .as_ref()
                         .is_some_and(|o| o.name == owner.name),
                     Slot::Resuming { owner: other, .. } => other.as_ref() == Some(&owner.name),
-                    Slot::Expired | Slot::Aborted => false,
+                    Slot::Aborted => false,
                 })
                 .count();
             if owned >= owner.max_suspended_runs {
@@ -421,47 +408,63 @@ impl RunStore {
         }
     }
 
-    /// Takes a waiting run out for resuming, if `scope` may resume it.
-    pub(crate) fn take(
+    /// The store generation of the live copy of `run_id`, if this process
+    /// holds one waiting.
+    pub(crate) fn generation(&self, run_id: &str) -> Option<u64> {
+        match self.lock().get(run_id) {
+            Some(Slot::Waiting(run)) => Some(run.generation),
+            _ => None,
+        }
+    }
+
+    /// A `wait` of `scope` claimed `run_id` at `generation` in the store:
+    /// the run is resumed here now. Returns the live copy if it is that
+    /// generation; a stale one (another process resumed the run since) is
+    /// dropped, its calls left to finish and write their results to the
+    /// store.
+    ///
+    /// # Errors
+    /// `Aborted` when the run was aborted here before the claim.
+    pub(crate) fn begin_resume(
         &self,
         run_id: &str,
         scope: &Scope,
-        owner_key: &Arc<str>,
-    ) -> Result<SuspendedRun, StoreError> {
+        owner: Option<Arc<str>>,
+        owner_key: Arc<str>,
+        generation: u64,
+    ) -> Result<Option<LiveRun>, StoreError> {
         let mut runs = self.lock();
-        let expired = self.sweep(&mut runs, Instant::now());
-        let taken = RunStore::take_locked(&mut runs, run_id, scope, owner_key);
+        if matches!(runs.get(run_id), Some(Slot::Aborted)) {
+            return Err(StoreError::Aborted);
+        }
+        let old = runs.insert(run_id.to_owned(), Slot::resuming(scope, owner, owner_key));
         drop(runs);
-        drop(expired);
-        taken
+        match old {
+            Some(Slot::Waiting(run)) if run.generation == generation => Ok(Some(*run)),
+            Some(Slot::Waiting(mut stale)) => {
+                stale.state.calls.detach_all();
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
     }
 
-    fn take_locked(
-        runs: &mut HashMap<String, Slot>,
-        run_id: &str,
-        scope: &Scope,
-        key: &Arc<str>,
-    ) -> Result<SuspendedRun, StoreError> {
-        match runs.get(run_id) {
-            Some(Slot::Waiting(run)) if !may_resume(&run.state.owner_key, key) => {
-                Err(StoreError::OtherScope)
+    /// Why the store refused to hand `run_id` out, as the model hears it:
+    /// a run aborted here is gone from the store, but "aborted" says why.
+    pub(crate) fn refusal(&self, run_id: &str, e: codemode_store::StoreError) -> StoreError {
+        use codemode_store::StoreError as E;
+        match e {
+            E::Unknown if matches!(self.lock().get(run_id), Some(Slot::Aborted)) => {
+                StoreError::Aborted
             }
-            Some(Slot::Waiting(run)) => {
-                let owner = run.state.owner.as_ref().map(|o| Arc::clone(&o.name));
-                let owner_key = Arc::clone(&run.state.owner_key);
-                let taken = runs.insert(run_id.to_owned(), Slot::resuming(scope, owner, owner_key));
-                match taken {
-                    Some(Slot::Waiting(run)) => Ok(*run),
-                    _ => Err(StoreError::Unknown),
-                }
+            E::Unknown => StoreError::Unknown,
+            E::Expired => StoreError::Expired,
+            E::Busy { .. } => StoreError::Busy,
+            E::Interrupted { .. } => StoreError::Interrupted,
+            E::OtherOwner => StoreError::OtherScope,
+            E::Unavailable { .. } | E::Full { .. } | E::BytesFull { .. } => {
+                StoreError::Unavailable(e.to_string())
             }
-            Some(Slot::Resuming { owner_key, .. }) if !may_resume(owner_key, key) => {
-                Err(StoreError::OtherScope)
-            }
-            Some(Slot::Resuming { .. }) => Err(StoreError::Busy),
-            Some(Slot::Expired) => Err(StoreError::Expired),
-            Some(Slot::Aborted) => Err(StoreError::Aborted),
-            None => Err(StoreError::Unknown),
         }
     }
 
@@ -473,7 +476,7 @@ impl RunStore {
                 let old = runs.insert(run_id.to_owned(), Slot::Aborted);
                 drop(runs);
                 drop(old);
-                self.forget_durable(&[run_id.to_owned()]);
+                self.forget_stored(&[run_id.to_owned()]);
                 true
             }
             Some(Slot::Resuming {
@@ -510,7 +513,7 @@ impl RunStore {
         drop(runs);
         // Dropped outside the lock: cancelling calls takes other locks.
         drop(dropped);
-        self.forget_durable(&ids);
+        self.forget_stored(&ids);
     }
 
     /// Aborts every run of `scope`.
@@ -530,29 +533,26 @@ impl RunStore {
         self.abort_where(|s, _| s.in_session(session));
     }
 
-    /// A run restored from the durable store is being resumed here.
-    pub(crate) fn insert_resuming(
-        &self,
-        run_id: &str,
-        scope: &Scope,
-        owner: Option<Arc<str>>,
-        owner_key: Arc<str>,
-    ) {
-        let old = self
-            .lock()
-            .insert(run_id.to_owned(), Slot::resuming(scope, owner, owner_key));
-        drop(old);
-    }
-
-    /// The agent run ended: its waiting runs are dropped without a trace.
+    /// The agent run ended: its waiting runs are dropped without a trace,
+    /// here and in the store (only its scope could resume them).
     pub(crate) fn discard_scope(&self, scope: &Scope) {
         let mut runs = self.lock();
         let key = scope.owner_key();
+        let mut ids = Vec::new();
+        let mut dropped = Vec::new();
         // Runs owned beyond the scope (a principal, their id) outlive it.
-        runs.retain(|_, slot| match slot {
-            Slot::Waiting(run) => run.state.scope != *scope || *run.state.owner_key != *key,
+        runs.retain(|id, slot| match slot {
+            Slot::Waiting(run) if run.state.scope == *scope && *run.state.owner_key == *key => {
+                ids.push(id.clone());
+                dropped.push(std::mem::replace(slot, Slot::Aborted));
+                false
+            }
             _ => true,
         });
+        drop(runs);
+        // Dropped outside the lock: cancelling calls takes other locks.
+        drop(dropped);
+        self.forget_stored(&ids);
     }
 
     /// Drops everything (shutdown).
