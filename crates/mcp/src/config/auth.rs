@@ -112,83 +112,98 @@ pub(crate) fn parse_auth(
     }
     let mut tokens: Vec<BearerToken> = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let path = format!("auth.bearerTokens[{i}]");
-        let (name, raw) = match item {
-            Value::String(token) => (format!("token-{}", i + 1), token.clone()),
-            Value::Object(entry) => {
-                BEARER_TOKEN.check(&path, entry, errors, diagnostics);
-                match (entry.get("name"), entry.get("token")) {
-                    (Some(Value::String(name)), Some(Value::String(token))) => {
-                        if let Err(message) = check_token_name(name) {
-                            errors.push(error(&join(&path, "name"), &message));
-                            continue;
-                        }
-                        (name.clone(), token.clone())
-                    }
-                    _ => {
-                        errors.push(error(
-                            &path,
-                            "expected { name: \"alice\", token: \"${ALICE_TOKEN}\" } (a name of 1 to 128 bytes and a token)",
-                        ));
-                        continue;
-                    }
-                }
-            }
-            _ => {
-                errors.push(error(&path, "expected a token string or { name, token }"));
-                continue;
-            }
-        };
-        let token = match expand(&raw, env) {
-            Ok(token) => token,
-            Err(message) => {
-                errors.push(ConfigError { path, message });
-                continue;
-            }
-        };
-        // Never echo the token itself: it is a secret.
-        if let Some(problem) = unusable_token(&token) {
-            errors.push(ConfigError {
-                path,
-                message: format!(
-                    "the token {problem}, so no client could ever send it in an `Authorization: Bearer` header; use a long random value (e.g. `openssl rand -hex 32`)"
-                ),
-            });
-            continue;
+        if let Some(token) = parse_bearer_token(i, item, &tokens, env, errors, diagnostics) {
+            tokens.push(token);
         }
-        if token.len() < MIN_BEARER_TOKEN_BYTES {
-            errors.push(ConfigError {
-                path,
-                message: format!(
-                    "the token is shorter than {MIN_BEARER_TOKEN_BYTES} bytes; use a long random value (e.g. `openssl rand -hex 32`)"
-                ),
-            });
-            continue;
-        }
-        if tokens.iter().any(|t| t.name == name) {
-            errors.push(ConfigError {
-                path,
-                message: format!("the name `{name}` is used by another token"),
-            });
-            continue;
-        }
-        if tokens.iter().any(|t| t.token.expose() == token) {
-            errors.push(ConfigError {
-                path,
-                message: "the same token is listed twice".into(),
-            });
-            continue;
-        }
-        tokens.push(BearerToken {
-            name,
-            token: Secret::new(token),
-        });
     }
     (errors.len() == before).then_some(AuthConfig {
         bearer_tokens: tokens,
         oauth,
         max_concurrent_execs,
         max_suspended_runs,
+    })
+}
+
+/// One `auth.bearerTokens[i]` entry, checked against the `tokens` before
+/// it; `None` after reporting why it cannot be used.
+fn parse_bearer_token(
+    i: usize,
+    item: &Value,
+    tokens: &[BearerToken],
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<ConfigError>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<BearerToken> {
+    let path = format!("auth.bearerTokens[{i}]");
+    let (name, raw) = match item {
+        Value::String(token) => (format!("token-{}", i + 1), token.clone()),
+        Value::Object(entry) => {
+            BEARER_TOKEN.check(&path, entry, errors, diagnostics);
+            match (entry.get("name"), entry.get("token")) {
+                (Some(Value::String(name)), Some(Value::String(token))) => {
+                    if let Err(message) = check_token_name(name) {
+                        errors.push(error(&join(&path, "name"), &message));
+                        return None;
+                    }
+                    (name.clone(), token.clone())
+                }
+                _ => {
+                    errors.push(error(
+                        &path,
+                        "expected { name: \"alice\", token: \"${ALICE_TOKEN}\" } (a name of 1 to 128 bytes and a token)",
+                    ));
+                    return None;
+                }
+            }
+        }
+        _ => {
+            errors.push(error(&path, "expected a token string or { name, token }"));
+            return None;
+        }
+    };
+    let token = match expand(&raw, env) {
+        Ok(token) => token,
+        Err(message) => {
+            errors.push(ConfigError { path, message });
+            return None;
+        }
+    };
+    // Never echo the token itself: it is a secret.
+    if let Some(problem) = unusable_token(&token) {
+        errors.push(ConfigError {
+            path,
+            message: format!(
+                "the token {problem}, so no client could ever send it in an `Authorization: Bearer` header; use a long random value (e.g. `openssl rand -hex 32`)"
+            ),
+        });
+        return None;
+    }
+    if token.len() < MIN_BEARER_TOKEN_BYTES {
+        errors.push(ConfigError {
+            path,
+            message: format!(
+                "the token is shorter than {MIN_BEARER_TOKEN_BYTES} bytes; use a long random value (e.g. `openssl rand -hex 32`)"
+            ),
+        });
+        return None;
+    }
+    if tokens.iter().any(|t| t.name == name) {
+        errors.push(ConfigError {
+            path,
+            message: format!("the name `{name}` is used by another token"),
+        });
+        return None;
+    }
+    if tokens.iter().any(|t| t.token.expose() == token) {
+        errors.push(ConfigError {
+            path,
+            message: "the same token is listed twice".into(),
+        });
+        return None;
+    }
+    Some(BearerToken {
+        name,
+        token: Secret::new(token),
     })
 }
 
