@@ -369,3 +369,55 @@ async fn an_unreachable_store_fails_the_suspension_with_runtime_unavailable() {
     let stats = runtime.durable_store_stats().unwrap();
     assert!(stats.1.is_err());
 }
+
+/// The memory store is a store like the others (the runtime has one path
+/// for all), but its runs never reach another process: a second runtime on
+/// the same memory (a test-only view, as if it were shared) finds the run
+/// and the right owner, yet no snapshot, and says so; the first resumes
+/// its own runs from their live copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_store_run_resumes_only_from_the_live_copy_of_its_process() {
+    let memory = codemode_store::MemoryBackend::new();
+    let on = |backend: codemode_store::MemoryBackend| {
+        runtime_with(
+            CONFIG,
+            RuntimeOptions {
+                durable_store: Some(DurableStore(Arc::new(backend))),
+                ..RuntimeOptions::default()
+            },
+        )
+    };
+    let first = on(memory.another_process());
+    let second = on(memory.another_process());
+    assert!(
+        first.durable_store_stats().is_none(),
+        "memory is not reported as a durable store"
+    );
+    let a = session_of(&first, "alice", executor(Duration::from_millis(600)));
+    let code = "const r = await tools.later({}); return r;";
+    let mine = exec(&a, code).await;
+    assert_eq!(mine["status"], "waiting", "{mine}");
+    let resumed = wait(&a, &mine["runId"]).await;
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    assert_eq!(resumed["value"]["later"], "done", "{resumed}");
+
+    let theirs = exec(&a, code).await;
+    assert_eq!(theirs["status"], "waiting", "{theirs}");
+    let mallory = session_of(&second, "mallory", executor(Duration::from_millis(600)));
+    let refused = wait(&mallory, &theirs["runId"]).await;
+    assert_eq!(refused["code"], "invalid_input", "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("another owner"),
+        "{refused}"
+    );
+    let b = session_of(&second, "alice", executor(Duration::from_millis(600)));
+    let elsewhere = wait(&b, &theirs["runId"]).await;
+    assert_eq!(elsewhere["code"], "snapshot_restore_failed", "{elsewhere}");
+    assert!(
+        elsewhere["error"]
+            .as_str()
+            .unwrap()
+            .contains("only as the live copy of the process that suspended it"),
+        "{elsewhere}"
+    );
+}

@@ -137,6 +137,9 @@ enum Slot {
     },
     /// So a later `wait` hears "aborted", not "unknown".
     Aborted,
+    /// So a later `wait` hears "expired" even when the store cannot be
+    /// reached.
+    Expired,
 }
 
 impl Slot {
@@ -251,7 +254,7 @@ impl LiveRuns {
         // than cancelled; the store's own TTL ends the run.
         let shared = !self.backend.exclusive();
         let mut expired = Vec::new();
-        runs.retain(|id, slot| {
+        for (id, slot) in runs.iter_mut() {
             if let Slot::Waiting(run) = slot
                 && run.expires <= now
             {
@@ -264,16 +267,14 @@ impl LiveRuns {
                     calls = if shared { "left to finish" } else { "cancelled" },
                     "suspended run expired (snapshotTtlSeconds): snapshot discarded"
                 );
-                if let Slot::Waiting(mut run) = std::mem::replace(slot, Slot::Aborted) {
+                if let Slot::Waiting(mut run) = std::mem::replace(slot, Slot::Expired) {
                     if shared {
                         run.state.calls.detach_all();
                     }
                     expired.push(*run);
                 }
-                return false;
             }
-            true
-        });
+        }
         expired
     }
 
@@ -358,7 +359,7 @@ impl LiveRuns {
             .filter(|slot| match slot {
                 Slot::Waiting(other) => other.state.scope == *scope,
                 Slot::Resuming { scope: other, .. } => other == scope,
-                Slot::Aborted => false,
+                Slot::Aborted | Slot::Expired => false,
             })
             .count();
         if in_scope >= self.limits.max_runs_per_scope {
@@ -376,7 +377,7 @@ impl LiveRuns {
                         .as_ref()
                         .is_some_and(|o| o.name == owner.name),
                     Slot::Resuming { owner: other, .. } => other.as_ref() == Some(&owner.name),
-                    Slot::Aborted => false,
+                    Slot::Aborted | Slot::Expired => false,
                 })
                 .count();
             if owned >= owner.max_suspended_runs {
@@ -453,9 +454,14 @@ impl LiveRuns {
     /// a run aborted here is gone from the store, but "aborted" says why.
     pub(crate) fn refusal(&self, run_id: &str, e: codemode_store::StoreError) -> StoreError {
         use codemode_store::StoreError as E;
+        let tombstone = match self.lock().get(run_id) {
+            Some(Slot::Aborted) => Some(StoreError::Aborted),
+            Some(Slot::Expired) => Some(StoreError::Expired),
+            _ => None,
+        };
         match e {
-            E::Unknown if matches!(self.lock().get(run_id), Some(Slot::Aborted)) => {
-                StoreError::Aborted
+            E::Unknown | E::Unavailable { .. } if tombstone.is_some() => {
+                tombstone.unwrap_or(StoreError::Unknown)
             }
             E::Unknown => StoreError::Unknown,
             E::Expired => StoreError::Expired,
