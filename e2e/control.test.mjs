@@ -89,6 +89,18 @@ for (const transport of ["stdio", "http"]) {
       assert.deepEqual(r.nestedCalls.map((c) => c.outcome), ["ok", "ok"]);
     });
 
+    test("a tool without annotations asks under the default mode: MCP's defaults make it possibly destructive", async () => {
+      const before = asked.length;
+      answers.push("allow_once");
+      const r = await exec(client, `return (await MCP.annotated.touch({})).content[0].text;`);
+      assert.equal(r.status, "completed", JSON.stringify(r));
+      assert.equal(r.value, "touched");
+      assert.equal(asked.length - before, 1, "the unannotated call was put to the user");
+      assert.match(asked.at(-1).message, /"touch" of MCP server "annotated"/);
+      assert.match(asked.at(-1).message, /may be destructive/);
+      assert.match(asked.at(-1).message, /Annotations: none/);
+    });
+
     test("approveTools asks for a tool its annotations would not; allow for the session asks once", async () => {
       const before = asked.length;
       answers.push("allow_session");
@@ -187,7 +199,7 @@ describe("operator approvals", () => {
       [[r.runId, pending.id, "mcp:annotated:drop"]],
     );
     // The operator sees why it was held: the gateway's default mode.
-    assert.match(listed.pending[0].reason, /marked destructive \(approvals.mode "destructive"\)/);
+    assert.match(listed.pending[0].reason, /may be destructive.*\(approvals.mode "destructive"\)/);
     await assert.rejects(
       run(BIN, ["approvals", "list", "--admin", gateway.admin], {
         env: { ...process.env, CODEMODE_ADMIN_TOKEN: "wrong-token-0123456789" },

@@ -1,7 +1,8 @@
 // A real MCP server (official TypeScript SDK, stdio) whose tools carry the
 // annotations approvals are decided by, for the control-layer tests:
 //   peek()            readOnlyHint: true
-//   note({ text })    no hints (a write, not destructive)
+//   note({ text })    readOnlyHint: false, destructiveHint: false (a write)
+//   touch()           no annotations (MCP's defaults: possibly destructive)
 //   drop({ table })   destructiveHint: true
 //   echo({ text })    readOnlyHint: true; answers its input (hooks rewrite it)
 //   blocked()         readOnlyHint: true (a hook blocks it)
@@ -23,7 +24,12 @@ server.registerTool("peek", {
 server.registerTool("note", {
   description: "Writes a note",
   inputSchema: { text: z.string() },
+  annotations: { readOnlyHint: false, destructiveHint: false },
 }, async ({ text: t }) => { count("note"); return text(`noted ${t}`); });
+
+server.registerTool("touch", {
+  description: "A tool that says nothing about itself",
+}, async () => { count("touch"); return text("touched"); });
 
 server.registerTool("drop", {
   description: "Drops a table",

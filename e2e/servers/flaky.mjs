@@ -18,34 +18,36 @@ const text = (value) => ({ content: [{ type: "text", text: String(value) }] });
 
 server.registerTool("slow", {
   description: "Answers after `ms` milliseconds",
+  annotations: { readOnlyHint: true },
   inputSchema: { ms: z.number().describe("How long to take") },
 }, async ({ ms }) => {
   await new Promise((resolve) => setTimeout(resolve, ms));
   return text(`slept ${ms} ms`);
 });
 
-server.registerTool("crash", { description: "Exits the server in the middle of the call" }, async () => {
+server.registerTool("crash", { description: "Exits the server in the middle of the call", annotations: { destructiveHint: false } }, async () => {
   setTimeout(() => process.exit(3), 10);
   return new Promise(() => {});
 });
 
-server.registerTool("hang", { description: "Blocks the server forever" }, async () => {
+server.registerTool("hang", { description: "Blocks the server forever", annotations: { destructiveHint: false } }, async () => {
   setTimeout(() => { for (;;) {} }, 10);
   return new Promise(() => {});
 });
 
-server.registerTool("pid", { description: "The server's process id" }, async () => text(process.pid));
+server.registerTool("pid", { description: "The server's process id", annotations: { readOnlyHint: true } }, async () => text(process.pid));
 
 let grown = 0;
-server.registerTool("grow", { description: "Adds a tool and announces it with tools/list_changed" }, async () => {
+server.registerTool("grow", { description: "Adds a tool and announces it with tools/list_changed", annotations: { destructiveHint: false } }, async () => {
   grown += 1;
   const name = `grown_${grown}`;
-  server.registerTool(name, { description: `Tool number ${grown} added at run time` }, async () => text(name));
+  server.registerTool(name, { description: `Tool number ${grown} added at run time`, annotations: { readOnlyHint: true } }, async () => text(name));
   return text(name);
 });
 
 server.registerTool("badReply", {
   description: "Answers with a broken reply on the wire",
+  annotations: { readOnlyHint: true },
   inputSchema: { kind: z.enum(["huge", "deep", "nan", "wrongId"]) },
 }, async ({ kind }, extra) => {
   const id = extra.requestId;

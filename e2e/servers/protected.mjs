@@ -144,13 +144,13 @@ const http = createServer(async (req, res) => {
     }
     // Stateless: a server and transport per request.
     const server = new McpServer({ name: "protected", version: "1.0.0" });
-    server.registerTool("whoami", { description: "The client the token was issued to" },
+    server.registerTool("whoami", { description: "The client the token was issued to", annotations: { readOnlyHint: true } },
       async () => ({ content: [{ type: "text", text: grant.client }] }));
-    server.registerTool("calls", { description: "Authorized tool calls so far" },
+    server.registerTool("calls", { description: "Authorized tool calls so far", annotations: { readOnlyHint: true } },
       async () => ({ content: [{ type: "text", text: String(calls) }] }));
-    server.registerTool("issued", { description: "Tokens issued so far" },
+    server.registerTool("issued", { description: "Tokens issued so far", annotations: { readOnlyHint: true } },
       async () => ({ content: [{ type: "text", text: String(tokens.size) }] }));
-    server.registerTool("refreshes", { description: "Refresh-token grants so far" },
+    server.registerTool("refreshes", { description: "Refresh-token grants so far", annotations: { readOnlyHint: true } },
       async () => ({ content: [{ type: "text", text: JSON.stringify(refreshes) }] }));
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     res.on("close", () => { transport.close(); server.close(); });

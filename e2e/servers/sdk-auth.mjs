@@ -60,9 +60,9 @@ const listener = app.listen(0, "127.0.0.1", () => {
   const bearer = requireBearerAuth({ verifier: provider, resourceMetadataUrl: getOAuthProtectedResourceMetadataUrl(mcpUrl) });
   app.post("/mcp", express.json(), bearer, async (req, res) => {
     const server = new McpServer({ name: "sdk-auth", version: "1.0.0" });
-    server.registerTool("whoami", { description: "The client the token was issued to" },
+    server.registerTool("whoami", { description: "The client the token was issued to", annotations: { readOnlyHint: true } },
       async (extra) => ({ content: [{ type: "text", text: extra.authInfo?.clientId ?? "nobody" }] }));
-    server.registerTool("refreshes", { description: "Refresh-token grants so far" },
+    server.registerTool("refreshes", { description: "Refresh-token grants so far", annotations: { readOnlyHint: true } },
       async () => ({ content: [{ type: "text", text: JSON.stringify(provider.refreshes) }] }));
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     res.on("close", () => { transport.close(); server.close(); });

@@ -9,7 +9,7 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 const http = createServer(async (req, res) => {
   const server = new McpServer({ name: "traced", version: "1.0.0" });
   const header = req.headers.traceparent ?? null;
-  server.registerTool("seen", { description: "The trace context of this call" },
+  server.registerTool("seen", { description: "The trace context of this call", annotations: { readOnlyHint: true } },
     async (extra) => ({
       content: [{ type: "text", text: JSON.stringify({ header, meta: extra?._meta?.traceparent ?? null }) }],
     }));

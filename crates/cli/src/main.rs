@@ -165,10 +165,15 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Check a config file and report every problem with its path.
+    /// Check a config file and report every problem with its path; then
+    /// start its servers and say how many of their tools each approval
+    /// mode would gate (exit 1 when a server does not start).
     CheckConfig {
         /// The JSON5 config file.
         file: PathBuf,
+        /// Check the file only; start no server.
+        #[arg(long)]
+        offline: bool,
     },
 }
 
@@ -282,7 +287,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => login(&server, &config, no_browser, timeout),
         Command::Logout { server, config } => logout(&server, &config),
         Command::Catalog { config } => catalog(&config),
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig { file, offline } => check_config(&file, offline),
     }
 }
 

@@ -2,6 +2,8 @@
 //! exit 0 for completed or waiting, 1 for failed, 2 for bad usage.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
@@ -66,7 +68,7 @@ fn assert_stderr(out: &Output, code: i32, parts: &[&str]) {
 /// `codemode check-config` on a temp file `name` holding `config`: its exit
 /// code and report.
 fn check_config(name: &str, config: &str) -> (Option<i32>, String) {
-    let out = codemode_on(&["check-config"], (name, config), "");
+    let out = codemode_on(&["check-config", "--offline"], (name, config), "");
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
     (out.status.code(), report)
 }
@@ -237,6 +239,7 @@ fn the_example_gateway_config_checks_clean() {
     let out = Command::new(env!("CARGO_BIN_EXE_codemode"))
         .args([
             "check-config",
+            "--offline",
             root.join("examples/gateway.json5").to_str().unwrap(),
         ])
         .output()
@@ -244,6 +247,39 @@ fn the_example_gateway_config_checks_clean() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.ends_with(": ok (2 MCP servers)\n"), "{text}");
     assert_eq!(out.status.code(), Some(0));
+}
+
+/// `check-config` starts the servers and counts what each approval mode
+/// gates; an unannotated tool counts as possibly destructive (the MCP
+/// specification's defaults), and a server that does not start fails the
+/// check.
+#[test]
+fn check_config_counts_the_tools_each_approval_mode_gates() {
+    let e2e = common::ensure_npm_installed();
+    let annotated = e2e.join("servers/annotated.mjs");
+    let config = serde_json::json!({
+        "mcpServers": { "annotated": { "command": "node", "args": [annotated] } },
+    })
+    .to_string();
+    let out = codemode_on(&["check-config"], ("gateway.json", &config), "");
+    let report = String::from_utf8_lossy(&out.stdout);
+    // peek, echo, blocked, runs: read-only; note: a write, not destructive;
+    // touch: no annotations; drop: destructive.
+    assert!(
+        report.contains(
+            "of 7 MCP tools (1 without readOnlyHint/destructiveHint, which count as possibly destructive), each approvals.mode would ask before calls of: never 0, destructive 2 (configured), writes 3, always 7"
+        ),
+        "{report}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{report}");
+
+    let down = serde_json::json!({
+        "mcpServers": { "gone": { "command": "/nonexistent/codemode-test-server" } },
+    })
+    .to_string();
+    let out = codemode_on(&["check-config"], ("gateway.json", &down), "");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gone"));
 }
 
 #[test]

@@ -22,11 +22,15 @@ pub fn glob_matches(pattern: &str, text: &str) -> bool {
 
 /// Which calls need a human's yes, read from a tool's annotations
 /// (`readOnlyHint`, `destructiveHint`; the gateway's `approvals.mode`).
+/// A missing hint has the MCP specification's default: `readOnlyHint:
+/// false`, `destructiveHint: true`, so a tool without annotations may be
+/// destructive (most tools in the wild carry none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApprovalMode {
     /// None (a declaration or an `approve` glob still asks).
     Never,
-    /// Tools marked `destructiveHint: true` and not `readOnlyHint: true`.
+    /// Tools that may be destructive: not marked `readOnlyHint: true`,
+    /// and not marked `destructiveHint: false` (unannotated tools too).
     Destructive,
     /// Every tool not marked `readOnlyHint: true`.
     Writes,
@@ -35,6 +39,14 @@ pub enum ApprovalMode {
 }
 
 impl ApprovalMode {
+    /// Every mode, from asking least to asking most.
+    pub const ALL: [ApprovalMode; 4] = [
+        ApprovalMode::Never,
+        ApprovalMode::Destructive,
+        ApprovalMode::Writes,
+        ApprovalMode::Always,
+    ];
+
     /// The config's word for it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -56,12 +68,20 @@ impl ApprovalMode {
         }
     }
 
-    /// Whether a tool with these annotations needs approval.
+    /// Whether this mode asks before calls of a tool with these
+    /// annotations (an MCP tool's `annotations` object, or null).
+    pub fn asks_for(self, annotations: &Value) -> bool {
+        let hint = |key: &str| annotations.get(key).and_then(Value::as_bool);
+        self.asks(hint("readOnlyHint"), hint("destructiveHint"))
+    }
+
+    /// Whether a tool with these annotations needs approval; a missing
+    /// hint has the specification's default (see [`ApprovalMode`]).
     fn asks(self, read_only: Option<bool>, destructive: Option<bool>) -> bool {
         let read_only = read_only == Some(true);
         match self {
             ApprovalMode::Never => false,
-            ApprovalMode::Destructive => destructive == Some(true) && !read_only,
+            ApprovalMode::Destructive => destructive != Some(false) && !read_only,
             ApprovalMode::Writes => !read_only,
             ApprovalMode::Always => true,
         }
@@ -133,7 +153,7 @@ impl ApprovalReason {
                 format!("it matches the approval list's pattern \"{pattern}\"")
             }
             ApprovalReason::Annotations(ApprovalMode::Destructive) => {
-                "the tool is marked destructive (approvals.mode \"destructive\")".into()
+                "the tool may be destructive: it is not marked readOnlyHint: true nor destructiveHint: false, and MCP treats a tool without those hints as destructive (approvals.mode \"destructive\")".into()
             }
             ApprovalReason::Annotations(ApprovalMode::Writes) => {
                 "the tool is not marked read-only (approvals.mode \"writes\")".into()
@@ -223,16 +243,11 @@ impl ToolPolicy {
             .iter()
             .find(hit)
             .or_else(|| owner.and_then(|o| o.approve.iter().find(|p| owner_hit(p))));
-        let hint = |key: &str| tool.annotations.get(key).and_then(Value::as_bool);
         let approval = if tool.needs_approval {
             Some(ApprovalReason::Declared)
         } else if let Some(pattern) = listed {
             Some(ApprovalReason::Listed(pattern.clone()))
-        } else if tool.source == ToolSource::Mcp
-            && self
-                .approvals
-                .asks(hint("readOnlyHint"), hint("destructiveHint"))
-        {
+        } else if tool.source == ToolSource::Mcp && self.approvals.asks_for(&tool.annotations) {
             Some(ApprovalReason::Annotations(self.approvals))
         } else {
             None
@@ -263,7 +278,10 @@ mod tests {
         use ApprovalMode::*;
         // (read_only, destructive) → needs approval under each mode.
         let cases = [
-            (json!({}), [false, false, true, true]),
+            // No annotations: the spec's defaults, possibly destructive.
+            (json!({}), [false, true, true, true]),
+            (json!({"readOnlyHint": false}), [false, true, true, true]),
+            (json!({"destructiveHint": false}), [false, false, true, true]),
             (json!({"readOnlyHint": true}), [false, false, false, true]),
             (json!({"destructiveHint": true}), [false, true, true, true]),
             (
