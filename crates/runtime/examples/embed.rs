@@ -7,17 +7,20 @@
 //!    give the run context and an executor that runs nested calls through
 //!    your normal tool path.
 //! 3. Send the model `session.model_tools()` (exactly `exec` and `wait`),
+//!    check each provider request with `session.surface().check_payload`,
 //!    and answer its `exec` / `wait` calls with `session.exec_call` /
 //!    `session.wait_call`.
+//!
+//! A whole agent loop (activation from a config document, the guard before
+//! every turn, the trajectory as a tree) is `examples/agent_loop.rs`.
 #![allow(clippy::print_stdout, reason = "an example prints")]
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_runtime::{
-    Catalog, CodeModeConfig, CodeModeResult, CodeModeRuntime, NestedCall, RunContext,
+    Catalog, CodeModeConfig, CodeModeResult, CodeModeRuntime, NestedCall, PayloadShape, RunContext,
     ToolCallError, ToolDefinition, ToolExecutor, ToolFuture, ToolPolicy, ToolSource,
-    check_model_tools,
 };
 use serde_json::json;
 
@@ -77,10 +80,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let session = runtime.session(context, Catalog::build(tools, &policy)?, Arc::new(MyTools));
 
-    // What the model sees: two tools, whatever the catalog size.
+    // What the model sees: two tools, whatever the catalog size. Check the
+    // whole provider request before it leaves (here OpenAI Chat
+    // Completions): exactly `exec` and `wait`, with the runtime's own
+    // descriptions and schemas, or the run fails closed.
     let model_tools = session.model_tools();
+    let request = json!({
+        "model": "gpt-5",
+        "messages": [{ "role": "user", "content": "Summarise the file I pick." }],
+        "tools": model_tools.iter().map(|t| json!({
+            "type": "function",
+            "function": { "name": t.name, "description": t.description, "parameters": t.input_schema }
+        })).collect::<Vec<_>>(),
+    });
+    session
+        .surface()
+        .check_payload(PayloadShape::OpenAiChatCompletions, &request)?;
     let names: Vec<&str> = model_tools.iter().map(|t| t.name).collect();
-    check_model_tools(&names)?; // fail closed if the payload is anything else
     println!("model sees: {names:?}");
 
     // The model's exec call.
