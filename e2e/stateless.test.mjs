@@ -3,7 +3,10 @@
 // gateway over HTTP without authentication, next to a 2025 client with a
 // session. Every stateless request reaches a fresh handler: a run started
 // by one request is resumed by another through its id (the capability);
-// the session client's runs stay its own.
+// the session client's runs stay its own. A stateless client that answers
+// forms is asked about approvals in the result (`input_required`): the SDK
+// answers through its elicitation handler and sends the call again, and the
+// run goes on.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, writeFileSync } from "node:fs";
@@ -13,17 +16,29 @@ import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/cli
 import { connectHttp, exec, here, resultOf, startHttpGateway, wait } from "./harness.mjs";
 
 let gateway, modern, legacy;
+const asked = [];
+const answers = [];
 
 before(async () => {
   const dir = mkdtempSync(join(tmpdir(), "codemode-stateless-"));
   const path = join(dir, "gateway.json");
   writeFileSync(path, JSON.stringify({
     tools: { codeMode: { enabled: true, timeoutMs: 500 } },
-    mcpServers: { slow: { command: process.execPath, args: [join(here, "servers/slow.mjs")] } },
+    mcpServers: {
+      slow: { command: process.execPath, args: [join(here, "servers/slow.mjs")] },
+      annotated: { command: process.execPath, args: [join(here, "servers/annotated.mjs")] },
+    },
   }));
   gateway = await startHttpGateway(path);
   modern = new Client({ name: "stateless-e2e", version: "1.0.0" }, {
     versionNegotiation: { mode: { pin: "2026-07-28" } },
+    capabilities: { elicitation: { form: {} } },
+  });
+  modern.setRequestHandler("elicitation/create", async (request) => {
+    asked.push(request.params);
+    const next = answers.shift() ?? "deny";
+    if (next === "decline") return { action: "decline" };
+    return { action: "accept", content: { decision: next } };
   });
   await modern.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
   legacy = await connectHttp(gateway.url);
@@ -63,4 +78,51 @@ test("a session client's run stays its own; the 2025 client still works unchange
   let result = started;
   for (let i = 0; i < 20 && result.status === "waiting"; i++) result = await wait(legacy.client, started.runId);
   assert.equal(result.value, "slept legacy", JSON.stringify(result));
+});
+
+test("a stateless client is asked about an approval in the result and the run goes on", async () => {
+  answers.push("allow_once");
+  const r = resultOf(await modern.callTool({
+    name: "exec",
+    arguments: { code: `text("before"); const seen = await MCP.annotated.peek({});
+      const d = await MCP.annotated.drop({ table: "t" }); text("after");
+      return [seen.content[0].text, d.content[0].text];` },
+  }));
+  assert.equal(r.status, "completed", JSON.stringify(r));
+  assert.deepEqual(r.value, ["peeked", "dropped t"]);
+  assert.equal(asked.length, 1);
+  assert.match(asked[0].message, /"drop" of MCP server "annotated"/);
+  const decision = asked[0].requestedSchema.properties.decision;
+  assert.deepEqual(decision.enum ?? decision.oneOf?.map((o) => o.const), ["allow_once", "deny"],
+    "no session to remember a choice in: allow once or deny");
+  // The whole run once: output and receipts from before the question too.
+  assert.deepEqual(r.output.map((o) => o.text), ["before", "after"], JSON.stringify(r));
+  assert.deepEqual(r.nestedCalls.map((c) => [c.toolId, c.outcome]),
+    [["mcp:annotated:peek", "ok"], ["mcp:annotated:drop", "ok"]]);
+});
+
+test("a stateless client's decline denies the call; it never ran", async () => {
+  answers.push("decline");
+  const r = resultOf(await modern.callTool({
+    name: "exec",
+    arguments: { code: `try { await MCP.annotated.drop({ table: "u" }); return "ran"; }
+      catch (e) { return e.code; }` },
+  }));
+  assert.equal(r.status, "completed", JSON.stringify(r));
+  assert.equal(r.value, "approval_denied");
+  const runs = resultOf(await modern.callTool({
+    name: "exec", arguments: { code: `return JSON.parse((await MCP.annotated.runs({})).content[0].text);` },
+  }));
+  assert.equal(runs.value.drop, 1, "only the allowed drop ran");
+});
+
+test("a forged requestState is refused and decides nothing", async () => {
+  const raw = await modern.request({
+    method: "tools/call",
+    params: { name: "exec", arguments: { code: "return 1" }, requestState: "codemode.approvals.v1:{\"runId\":\"nope\"}",
+      inputResponses: { x: { action: "accept", content: { decision: "allow_once" } } } },
+  });
+  const r = resultOf(raw);
+  assert.equal(r.status, "failed", JSON.stringify(r));
+  assert.match(r.error, /finished, failed, or never existed|another owner|expired/);
 });

@@ -114,7 +114,11 @@ impl GatedCounts {
             .iter()
             .zip(self.gated)
             .map(|(mode, n)| {
-                let mark = if *mode == self.configured { " (configured)" } else { "" };
+                let mark = if *mode == self.configured {
+                    " (configured)"
+                } else {
+                    ""
+                };
                 format!("{} {n}{mark}", mode.as_str())
             })
             .collect();
@@ -154,7 +158,10 @@ mod tests {
             entry(Value::Null, None),
             entry(json!({"readOnlyHint": true}), None),
             entry(json!({"destructiveHint": false}), None),
-            entry(json!({"readOnlyHint": true}), Some(ApprovalReason::Listed("x*".into()))),
+            entry(
+                json!({"readOnlyHint": true}),
+                Some(ApprovalReason::Listed("x*".into())),
+            ),
         ];
         let counts = GatedCounts::of(ApprovalMode::Destructive, &entries);
         assert_eq!(counts.tools, 4);
@@ -164,6 +171,9 @@ mod tests {
         assert_eq!(counts.gated, [1, 2, 3, 4]);
         let text = counts.describe();
         assert!(text.contains("destructive 2 (configured)"), "{text}");
-        assert!(text.contains("1 without readOnlyHint/destructiveHint"), "{text}");
+        assert!(
+            text.contains("1 without readOnlyHint/destructiveHint"),
+            "{text}"
+        );
     }
 }

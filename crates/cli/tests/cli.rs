@@ -278,7 +278,12 @@ fn check_config_counts_the_tools_each_approval_mode_gates() {
     })
     .to_string();
     let out = codemode_on(&["check-config"], ("gateway.json", &down), "");
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("gone"));
 }
 

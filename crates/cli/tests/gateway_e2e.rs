@@ -121,11 +121,30 @@ fn waiting_runs_survive_restarts_and_move_between_replicas() {
 /// Stateless MCP (`e2e/stateless.test.mjs`): the official TypeScript SDK
 /// 2.x pinned to 2026-07-28 (no handshake, no session) lists exactly exec
 /// and wait and resumes a run from another request by its id, next to a
-/// 2025 session client whose runs stay its own.
+/// 2025 session client whose runs stay its own; approvals are asked in the
+/// result (`input_required`), answered through the SDK's elicitation
+/// handler, and the run goes on with its whole output.
 #[test]
 fn a_stateless_2026_client_resumes_runs_across_requests() {
     let out = node_suite("stateless.test.mjs");
-    assert!(out.contains("ℹ pass 3"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 6"), "every scenario ran: {out}");
+}
+
+/// The official Python SDK's `Client` in its default mode (2026-07-28,
+/// no session; `e2e/python/approvals.py`) over stdio and HTTP: a call
+/// needing approval is asked about in the result and runs once allowed; a
+/// decline denies it.
+#[test]
+fn python_sdk_client_in_its_default_mode_answers_approvals() {
+    let out = common::python(
+        "python/approvals.py",
+        &[("CODEMODE_BIN", env!("CARGO_BIN_EXE_codemode"))],
+    );
+    assert_eq!(
+        out.matches("\nok ").count() + usize::from(out.starts_with("ok ")),
+        4,
+        "{out}"
+    );
 }
 
 /// Elicitation relayed (`e2e/elicitation.test.mjs`): server-everything

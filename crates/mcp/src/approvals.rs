@@ -5,11 +5,14 @@
 //! operator endpoint is on: then the call waits for an operator.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use codemode_runtime::{ApprovalDecision, ApprovalFuture, ApprovalRequest, Approver};
+use codemode_runtime::{ApprovalDecision, ApprovalFuture, ApprovalRequest, Approver, CatalogEntry};
 use rmcp::RoleServer;
-use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, EnumSchema};
+use rmcp::model::{
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, EnumSchema,
+};
 use rmcp::service::{ElicitationMode, Peer};
 use serde_json::Value;
 use tracing::{info, warn};
@@ -32,6 +35,10 @@ pub(crate) struct ClientApprover {
     asking: Arc<tokio::sync::Semaphore>,
     /// Undecided calls wait for the operator endpoint instead of failing.
     operator: bool,
+    /// The client is asked in the tool result (2026-07-28 stateless
+    /// `input_required`), not by a request of its own: calls are left
+    /// waiting, and the exec's answer carries the question.
+    asked_in_result: AtomicBool,
     mode: ApprovalMode,
 }
 
@@ -42,8 +49,14 @@ impl ClientApprover {
             allowed: Arc::default(),
             asking: Arc::new(tokio::sync::Semaphore::new(1)),
             operator,
+            asked_in_result: AtomicBool::new(false),
             mode,
         }
+    }
+
+    /// From now on the client is asked in results (see `asked_in_result`).
+    pub(crate) fn ask_in_results(&self) {
+        self.asked_in_result.store(true, Ordering::SeqCst);
     }
 
     /// The answer when the user cannot be asked.
@@ -72,6 +85,9 @@ impl Approver for ClientApprover {
         if allowed_before {
             return Box::pin(std::future::ready(Some(ApprovalDecision::Approve)));
         }
+        if self.asked_in_result.load(Ordering::SeqCst) {
+            return Box::pin(std::future::ready(None));
+        }
         let Some(peer) = self.peer.get().cloned() else {
             let answer = self.unaskable(&tool_id, "the gateway has no client to ask");
             return Box::pin(std::future::ready(answer));
@@ -98,7 +114,7 @@ impl Approver for ClientApprover {
             {
                 return Some(ApprovalDecision::Approve);
             }
-            let params = match elicitation(&request) {
+            let params = match question(&request.tool, &request.input_summary, true) {
                 Ok(params) => params,
                 Err(e) => {
                     warn!(error = %e, "approval request could not be built");
@@ -112,39 +128,13 @@ impl Approver for ClientApprover {
                     return fallback;
                 }
             };
-            let decision = match result.action {
-                ElicitationAction::Accept => {
-                    let choice = result
-                        .content
-                        .as_ref()
-                        .and_then(|c| c.get("decision"))
-                        .and_then(Value::as_str);
-                    match choice {
-                        Some(ALLOW_ONCE) => ApprovalDecision::Approve,
-                        Some(ALLOW_SESSION) => {
-                            allowed
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .insert(tool_id.clone());
-                            ApprovalDecision::Approve
-                        }
-                        Some(DENY) => ApprovalDecision::Deny {
-                            reason: "the user denied it".into(),
-                        },
-                        _ => ApprovalDecision::Deny {
-                            reason: format!(
-                                "the client's answer was not one of {ALLOW_ONCE}, {ALLOW_SESSION}, {DENY}"
-                            ),
-                        },
-                    }
-                }
-                ElicitationAction::Decline => ApprovalDecision::Deny {
-                    reason: "the user declined".into(),
-                },
-                _ => ApprovalDecision::Deny {
-                    reason: "the user cancelled the approval request".into(),
-                },
-            };
+            let (decision, for_session) = decision_of(&result);
+            if for_session {
+                allowed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(tool_id.clone());
+            }
             info!(tool = %tool_id, ?decision, "approval answered by the client");
             Some(decision)
         })
@@ -191,29 +181,75 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
-/// The elicitation request for one call: server, tool, annotations, input.
-fn elicitation(request: &ApprovalRequest) -> Result<ElicitRequestParams, String> {
-    let tool = &request.tool;
+/// What the user answered: the decision, and whether it holds for the
+/// rest of the client session.
+pub(crate) fn decision_of(result: &ElicitResult) -> (ApprovalDecision, bool) {
+    match result.action {
+        ElicitationAction::Accept => {
+            let choice = result
+                .content
+                .as_ref()
+                .and_then(|c| c.get("decision"))
+                .and_then(Value::as_str);
+            match choice {
+                Some(ALLOW_ONCE) => (ApprovalDecision::Approve, false),
+                Some(ALLOW_SESSION) => (ApprovalDecision::Approve, true),
+                Some(DENY) => (
+                    ApprovalDecision::Deny {
+                        reason: "the user denied it".into(),
+                    },
+                    false,
+                ),
+                _ => (
+                    ApprovalDecision::Deny {
+                        reason: format!(
+                            "the client's answer was not one of {ALLOW_ONCE}, {ALLOW_SESSION}, {DENY}"
+                        ),
+                    },
+                    false,
+                ),
+            }
+        }
+        ElicitationAction::Decline => (
+            ApprovalDecision::Deny {
+                reason: "the user declined".into(),
+            },
+            false,
+        ),
+        _ => (
+            ApprovalDecision::Deny {
+                reason: "the user cancelled the approval request".into(),
+            },
+            false,
+        ),
+    }
+}
+
+/// The elicitation request for one call of `tool`: server, tool, why,
+/// annotations, input. `for_session` offers "allow this tool for this
+/// session" (a client without a session gets allow once / deny only).
+pub(crate) fn question(
+    tool: &CatalogEntry,
+    input_summary: &str,
+    for_session: bool,
+) -> Result<ElicitRequestParams, String> {
     let message = format!(
         "Code mode wants to call tool \"{}\" of MCP server \"{}\".\nWhy you are asked: {}\nAnnotations: {}\nInput: {}",
         clip(&tool.name, 128),
         clip(&tool.source_name, 64),
         codemode_runtime::approval_reason(tool),
         annotations(&tool.annotations),
-        request.input_summary
+        input_summary
     );
-    let choice = EnumSchema::builder(vec![
-        ALLOW_ONCE.to_owned(),
-        ALLOW_SESSION.to_owned(),
-        DENY.to_owned(),
-    ])
-    .enum_titles(vec![
-        "Allow once".to_owned(),
-        "Allow this tool for this session".to_owned(),
-        "Deny".to_owned(),
-    ])?
-    .description("Whether the call may run")
-    .build();
+    let mut choices = vec![(ALLOW_ONCE, "Allow once")];
+    if for_session {
+        choices.push((ALLOW_SESSION, "Allow this tool for this session"));
+    }
+    choices.push((DENY, "Deny"));
+    let choice = EnumSchema::builder(choices.iter().map(|(v, _)| (*v).to_owned()).collect())
+        .enum_titles(choices.iter().map(|(_, t)| (*t).to_owned()).collect())?
+        .description("Whether the call may run")
+        .build();
     let schema = ElicitationSchema::builder()
         .required_enum_schema("decision", choice)
         .build()

@@ -382,6 +382,31 @@ impl CodeModeResult {
         }
     }
 
+    /// This result of a run, preceded by an earlier part of the same run
+    /// that was answered without a result (a 2026-07-28 client was asked
+    /// for input instead): the earlier output and receipts come first, so
+    /// the model sees the whole run once.
+    #[must_use]
+    pub fn after_earlier(mut self, output: Vec<Output>, receipts: Receipts) -> CodeModeResult {
+        let mut merged = receipts;
+        let later = std::mem::take(self.receipts_mut());
+        for receipt in later.calls {
+            merged.push(receipt);
+        }
+        merged.omitted = merged.omitted.saturating_add(later.omitted);
+        *self.receipts_mut() = merged;
+        match &mut self {
+            CodeModeResult::Completed { output: now, .. }
+            | CodeModeResult::Waiting { output: now, .. }
+            | CodeModeResult::Failed { output: now, .. } => {
+                let mut all = output;
+                all.append(now);
+                *now = all;
+            }
+        }
+        self
+    }
+
     /// The error code of a failure.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {

@@ -208,6 +208,25 @@ impl CodeModeSession {
         )
     }
 
+    /// Decides call `call_id` of waiting run `run_id` as whoever may resume
+    /// the run: its owner (principal), or anyone holding the id of a run
+    /// resumable by id. For a client that answers an approval question in
+    /// a later request than the one that asked it (2026-07-28 stateless
+    /// `input_required`), where the session, and so the scope, is new.
+    ///
+    /// # Errors
+    /// [`ApprovalError`] when no such call awaits approval for this owner.
+    pub fn decide_as_resumer(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<(), ApprovalError> {
+        self.host
+            .approvals
+            .decide_as_resumer(&self.owner_key(), run_id, call_id, decision)
+    }
+
     /// The calls of this scope awaiting approval.
     pub fn pending_approvals(&self) -> Vec<PendingApproval> {
         self.host.approvals.list(Some(&self.scope.scope))

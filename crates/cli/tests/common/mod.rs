@@ -47,6 +47,68 @@ pub fn ensure_npm_installed() -> PathBuf {
     dir
 }
 
+/// The Python of `e2e/.venv`, with the official Python MCP SDK installed
+/// from PyPI at the pins of `e2e/python/requirements.txt` (made once; one
+/// test process at a time).
+pub fn ensure_python_installed() -> PathBuf {
+    let dir = e2e_dir();
+    let lock = File::create(std::env::temp_dir().join("codemode-e2e-python.lock")).unwrap();
+    lock.lock().expect("lock the Python install");
+    let venv = dir.join(".venv");
+    let python = venv.join("bin/python");
+    let requirements = dir.join("python/requirements.txt");
+    let marker = venv.join(".installed");
+    let fresh = match (marker.metadata(), requirements.metadata()) {
+        (Ok(m), Ok(r)) => m.modified().unwrap() >= r.modified().unwrap(),
+        _ => false,
+    };
+    if !fresh {
+        let run = |cmd: &mut Command| {
+            let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+            assert!(
+                out.status.success(),
+                "{cmd:?} failed:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
+        run(Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&requirements));
+        std::fs::write(&marker, "").unwrap();
+    }
+    python
+}
+
+/// Runs a Python script of `e2e/` with the SDK's venv, failing the test
+/// with its output when it fails; returns its stdout.
+pub fn python(script: &str, env: &[(&str, &str)]) -> String {
+    let python = ensure_python_installed();
+    ensure_npm_installed();
+    let mut cmd = Command::new(python);
+    cmd.arg(script).current_dir(e2e_dir());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Runs a node script in `e2e/`, failing the test with its output when it
 /// fails.
 pub fn node(args: &[&str], env: &[(&str, &str)]) -> String {

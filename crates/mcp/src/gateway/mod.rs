@@ -23,6 +23,7 @@ use crate::upstreams::Upstreams;
 
 mod admission;
 mod http_server;
+mod input_required;
 mod listeners;
 mod session;
 mod stdio;
@@ -224,7 +225,10 @@ impl Gateway {
             session_id: Some(id.clone()),
             ..RunContext::default()
         };
-        let approver = ClientApprover::new(self.shared.operator_approvals, self.shared.approvals);
+        let approver = Arc::new(ClientApprover::new(
+            self.shared.operator_approvals,
+            self.shared.approvals,
+        ));
         let peer = Arc::clone(&approver.peer);
         // The version before the catalog: if a server connects in between,
         // the session holds a newer catalog under an older version (and
@@ -239,7 +243,7 @@ impl Gateway {
                 self.shared.upstreams.catalog(),
                 self.shared.upstreams.executor(),
             )
-            .with_approver(Arc::new(approver));
+            .with_approver(Arc::clone(&approver) as Arc<dyn codemode_runtime::Approver>);
         if let Some(hook) = &self.shared.hook {
             session = session.with_hooks(Arc::clone(hook) as Arc<dyn ToolHooks>);
         }
@@ -267,6 +271,7 @@ impl Gateway {
             id,
             session: Arc::new(session),
             peer,
+            approver,
             catalog_version: AtomicU64::new(catalog_version),
             ended: self.shared.shutdown.child_token(),
         }

@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::{INSTRUCTIONS, Shared};
+use super::{INSTRUCTIONS, Shared, input_required};
 use crate::auth::Principal;
 use crate::config::ResultForm;
 
@@ -40,6 +40,8 @@ pub struct GatewaySession {
     pub(super) session: Arc<CodeModeSession>,
     /// The client, for approval requests (set at its first tool call).
     pub(super) peer: Arc<OnceLock<Peer<RoleServer>>>,
+    /// Asks the client about calls needing approval.
+    pub(super) approver: Arc<crate::approvals::ClientApprover>,
     pub(super) catalog_version: AtomicU64,
     /// Cancelled when the session ends: stops its list-changed watcher.
     pub(super) ended: CancellationToken,
@@ -230,7 +232,7 @@ impl ServerHandler for GatewaySession {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let input = Value::Object(request.arguments.unwrap_or_default());
@@ -261,6 +263,18 @@ impl ServerHandler for GatewaySession {
         if stateless && principal.is_none() {
             self.session.resume_runs_by_id();
         }
+        // Without a session the client cannot be sent a request of ours:
+        // a client that can answer forms is asked in the result instead.
+        let asks_in_result = stateless
+            && context
+                .client_capabilities()
+                .and_then(|c| c.elicitation)
+                .is_some_and(|e| e.form.is_some() || e.url.is_none());
+        if asks_in_result {
+            self.approver.ask_in_results();
+        }
+        let answered = request.request_state.take();
+        let answers = request.input_responses.take();
         let wants_task = context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks());
@@ -314,7 +328,23 @@ impl ServerHandler for GatewaySession {
                 if let Some(sink) = progress {
                     options = options.with_progress(sink);
                 }
-                if tool == "exec" {
+                if let Some(state) = &answered {
+                    // The same request again, with the answers to the
+                    // questions its first try got: the run goes on.
+                    self.refresh_catalog().await;
+                    match input_required::answer(&self.session, state, answers.as_ref()) {
+                        Ok(earlier) => {
+                            let run = serde_json::json!({ "runId": earlier.run_id() });
+                            let later = self.session.wait_call(&call_id, &run, options).await;
+                            earlier.before(later)
+                        }
+                        Err(message) => CodeModeResult::failure(
+                            codemode_runtime::ErrorCode::InvalidInput,
+                            message,
+                            codemode_runtime::Telemetry::default(),
+                        ),
+                    }
+                } else if tool == "exec" {
                     self.refresh_catalog().await;
                     self.session.exec_call(&call_id, &input, options).await
                 } else {
@@ -328,6 +358,14 @@ impl ServerHandler for GatewaySession {
             forwarder.finish().await;
         }
         crate::metrics::record_call(tool, &result, started.elapsed().as_secs_f64());
+        let result = if asks_in_result {
+            match input_required::questions(&self.session, result) {
+                Ok(asked) => return Ok(CallToolResponse::InputRequired(asked)),
+                Err(result) => result,
+            }
+        } else {
+            result
+        };
         if wants_task && let CodeModeResult::Waiting { run_id, .. } = &result {
             let form = self.shared.result_form;
             let ttl =

@@ -281,7 +281,10 @@ mod tests {
             // No annotations: the spec's defaults, possibly destructive.
             (json!({}), [false, true, true, true]),
             (json!({"readOnlyHint": false}), [false, true, true, true]),
-            (json!({"destructiveHint": false}), [false, false, true, true]),
+            (
+                json!({"destructiveHint": false}),
+                [false, false, true, true],
+            ),
             (json!({"readOnlyHint": true}), [false, false, false, true]),
             (json!({"destructiveHint": true}), [false, true, true, true]),
             (

@@ -277,6 +277,8 @@ impl GateState {
 struct Pending {
     gate: Arc<GateState>,
     scope: Scope,
+    /// Who may resume the run ([`crate::run::env::RunEnv::owner_key`]).
+    owner_key: Arc<str>,
     run: RunTag,
     call_id: String,
     tool_id: String,
@@ -315,12 +317,40 @@ impl ApprovalRegistry {
         call_id: &str,
         decision: ApprovalDecision,
     ) -> Result<(), ApprovalError> {
+        self.decide_where(run_id, call_id, decision, |p| {
+            scope.is_none_or(|s| *s == p.scope)
+        })
+    }
+
+    /// Decides a pending call of a run that `owner_key` may resume (its
+    /// owner, or anyone when the run is resumable by its id): how a
+    /// stateless client answers the approval question it was given in a
+    /// result, from another request than the one that started the run.
+    pub(crate) fn decide_as_resumer(
+        &self,
+        owner_key: &str,
+        run_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<(), ApprovalError> {
+        self.decide_where(run_id, call_id, decision, |p| {
+            &*p.owner_key == owner_key || &*p.owner_key == codemode_store::ANY_OWNER
+        })
+    }
+
+    fn decide_where(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+        allowed: impl Fn(&Pending) -> bool,
+    ) -> Result<(), ApprovalError> {
         let mut pending = self.lock();
         let key = pending.iter().find_map(|(key, p)| {
             (p.call_id == call_id
                 && !p.gate.cancelled()
                 && p.run.get().map(String::as_str) == Some(run_id)
-                && scope.is_none_or(|s| *s == p.scope))
+                && allowed(p))
             .then_some(*key)
         });
         // Whoever removes the entry decides (this, or the approver's own
@@ -399,6 +429,7 @@ pub(crate) struct GateApproval {
     pub(crate) approver: Option<Arc<dyn Approver>>,
     pub(crate) registry: Arc<ApprovalRegistry>,
     pub(crate) scope: Scope,
+    pub(crate) owner_key: Arc<str>,
     pub(crate) run: RunTag,
     pub(crate) state: Arc<GateState>,
     /// Wakes the drive when the call starts waiting for a decision.
@@ -574,6 +605,7 @@ async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCa
     let pending = approval.registry.insert(Pending {
         gate: Arc::clone(&approval.state),
         scope: approval.scope.clone(),
+        owner_key: Arc::clone(&approval.owner_key),
         run: Arc::clone(&approval.run),
         call_id: call.call_id.clone(),
         tool_id: call.tool.id.clone(),

@@ -361,6 +361,7 @@ fn start_tool_call(
                 approver: state.approver.clone(),
                 registry: Arc::clone(&ctx.host.approvals),
                 scope: state.scope.clone(),
+                owner_key: Arc::clone(&state.owner_key),
                 run: Arc::clone(&state.run_tag),
                 state: Arc::clone(&gate_state),
                 wake: state.calls.sender(),
