@@ -141,8 +141,25 @@ fn python_sdk_client_in_its_default_mode_answers_approvals() {
         &[("CODEMODE_BIN", env!("CARGO_BIN_EXE_codemode"))],
     );
     assert_eq!(
-        out.matches("\nok ").count() + usize::from(out.starts_with("ok ")),
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
         4,
+        "{out}"
+    );
+}
+
+/// An upstream built with the official Python SDK whose tool elicits
+/// mid-call (`e2e/python/upstream_elicits.py`): the gateway speaks to it
+/// as the official clients do by default (a session), so its question
+/// reaches the client that made the call, and the answer the tool.
+#[test]
+fn a_python_sdk_upstream_that_elicits_works_behind_the_gateway() {
+    let out = common::python(
+        "python/upstream_elicits.py",
+        &[("CODEMODE_BIN", env!("CARGO_BIN_EXE_codemode"))],
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok: ")).count(),
+        2,
         "{out}"
     );
 }

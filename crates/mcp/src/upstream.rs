@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::{McpServerConfig, Transport};
+use crate::config::{McpServerConfig, Transport, UpstreamProtocol};
 use crate::upstream_stdio::GuardedChild;
 
 /// Environment variables a stdio server inherits from the gateway (as the
@@ -198,14 +198,26 @@ impl ClientHandler for Handler {
     }
 }
 
-/// How an upstream connection starts: the stateless 2026-07-28 protocol
-/// when the server speaks it (`server/discover`), else the `initialize`
-/// handshake of 2025-11-25 (the SDK falls back on a legacy answer).
-fn lifecycle() -> rmcp::ClientLifecycleMode {
-    rmcp::ClientLifecycleMode::Auto {
+/// The stateless 2026-07-28 start (`server/discover`).
+fn stateless() -> rmcp::ClientLifecycleMode {
+    rmcp::ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
     }
+}
+
+/// Whether a failed `initialize` means the server answered but does not
+/// do sessions (a 2026 server without the handshake), so asking it
+/// `server/discover` may work; not when it crashed or went silent.
+fn refused_handshake(e: &rmcp::service::ClientInitializeError) -> bool {
+    use rmcp::service::ClientInitializeError as E;
+    matches!(
+        e,
+        E::JsonRpcError(_)
+            | E::NoCompatibleProtocolVersion { .. }
+            | E::ExpectedInitResult(_)
+            | E::ExpectedInitResponse(_)
+            | E::UncorrelatedErrorResponse { .. }
+    )
 }
 
 /// Rounds of `input_required` one call may take (each asks the client).
@@ -588,25 +600,30 @@ impl Upstream {
             clients: Arc::clone(&self.clients),
         };
         let mut group = ProcessGroupGuard(None);
-        let running = match self
-            .handshake(handler.clone(), lifecycle(), &mut group)
-            .await
-        {
+        // As the official clients connect by default: a session where the
+        // server offers one, so it can ask its user mid-call (a stateless
+        // 2026 connection gives the server no way to send a request).
+        let first = match self.config.protocol {
+            UpstreamProtocol::Auto | UpstreamProtocol::Session => {
+                rmcp::ClientLifecycleMode::Initialize
+            }
+            UpstreamProtocol::Stateless => stateless(),
+        };
+        let running = match self.handshake(handler.clone(), first, &mut group).await {
             Ok(running) => running,
-            // A server that answers `server/discover` with something that
-            // is not a discover result (some answer every method with
-            // `{}`) is no 2026 server: connect with `initialize` alone.
             Err(Handshake::Failed(e, why))
-                if matches!(
-                    *e,
-                    rmcp::service::ClientInitializeError::ExpectedInitResult(_)
-                        | rmcp::service::ClientInitializeError::ExpectedInitResponse(_)
-                ) =>
+                if self.config.protocol == UpstreamProtocol::Auto && refused_handshake(&e) =>
             {
-                tracing::info!(server = %name, probe = %why, "the server/discover probe got no discover result; connecting with initialize");
-                self.handshake(handler, rmcp::ClientLifecycleMode::Initialize, &mut group)
+                tracing::info!(server = %name, initialize = %why, "the server refused the initialize handshake; connecting statelessly (server/discover, 2026-07-28)");
+                self.handshake(handler, stateless(), &mut group)
                     .await
-                    .map_err(Handshake::into_error)?
+                    .map_err(|e| {
+                        let mut shown = e.into_error();
+                        shown.0.push_str(&format!(
+                            " (after initialize failed: {why}; set `protocol` on the server to choose one)"
+                        ));
+                        shown
+                    })?
             }
             Err(other) => return Err(other.into_error()),
         };

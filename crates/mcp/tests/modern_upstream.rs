@@ -35,11 +35,13 @@ fn tool(name: &str, schema: Value) -> Tool {
     let Value::Object(schema) = schema else {
         unreachable!()
     };
+    // Read-only: what this test pins is the relay, not approvals.
     Tool::new(
         name.to_owned(),
         format!("The {name} tool"),
         Arc::new(schema),
     )
+    .with_annotations(rmcp::model::ToolAnnotations::new().read_only(true))
 }
 
 impl ServerHandler for Modern {

@@ -94,6 +94,35 @@ pub struct McpServerConfig {
     /// declarations, and are refused even by a guessed name. Applied by
     /// the runtime's [`ToolPolicy::decide`] ([`GatewayConfig::tool_policy`]).
     pub tools: OwnerPolicy,
+    /// Which MCP protocol the gateway speaks to it (`protocol`).
+    pub protocol: UpstreamProtocol,
+}
+
+/// Which protocol the gateway speaks to an upstream (`protocol`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// `"auto"` (default): a session (`initialize`, 2025-11-25) where the
+    /// server offers one, as the official clients connect by default; a
+    /// server that refuses the handshake is asked `server/discover` and
+    /// spoken to statelessly (2026-07-28). A session never loses a feature:
+    /// the server can ask its user (elicitation) mid-call.
+    #[default]
+    Auto,
+    /// `"2025-11-25"`: the `initialize` handshake only.
+    Session,
+    /// `"2026-07-28"`: stateless (`server/discover`) only.
+    Stateless,
+}
+
+impl UpstreamProtocol {
+    /// The config's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamProtocol::Auto => "auto",
+            UpstreamProtocol::Session => "2025-11-25",
+            UpstreamProtocol::Stateless => "2026-07-28",
+        }
+    }
 }
 
 // An upstream's grant: a typo there fails the login loudly anyway.
@@ -238,6 +267,7 @@ const SERVER: Section = section(
         "startupTimeoutMs",
         "disabled",
         "description",
+        "protocol",
     ],
     Strictness::Ordinary,
 );
@@ -282,6 +312,21 @@ pub(crate) fn parse_server(
     let call_timeout = fields.millis("timeoutMs", DEFAULT_CALL_TIMEOUT_MS);
     let startup_timeout = fields.millis("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS);
     let description = fields.string("description");
+    let protocol = match fields.string("protocol").as_deref() {
+        None | Some("auto") => UpstreamProtocol::Auto,
+        Some("2025-11-25") => UpstreamProtocol::Session,
+        Some("2026-07-28") => UpstreamProtocol::Stateless,
+        Some(other) => {
+            fields.fail(
+                "protocol",
+                format!(
+                    "unknown protocol \"{}\"; use \"auto\" (default: a session where the server offers one), \"2025-11-25\" (initialize only) or \"2026-07-28\" (stateless only)",
+                    other.chars().take(32).collect::<String>()
+                ),
+            );
+            UpstreamProtocol::Auto
+        }
+    };
     let tools = OwnerPolicy {
         allow: fields.globs("allowTools"),
         deny: fields.globs("denyTools").unwrap_or_default(),
@@ -321,6 +366,7 @@ pub(crate) fn parse_server(
         startup_timeout,
         description,
         tools,
+        protocol,
     })
 }
 

@@ -298,6 +298,35 @@ fn bad_approvals_and_hooks_are_named() {
 }
 
 #[test]
+fn the_upstream_protocol_is_auto_by_default_and_chosen_per_server() {
+    use crate::config::UpstreamProtocol;
+    let (config, _) = parse(
+        r#"{ mcpServers: {
+          a: { command: "x" },
+          b: { command: "x", protocol: "2025-11-25" },
+          c: { url: "https://example.com/mcp", protocol: "2026-07-28" },
+          d: { command: "x", protocol: "auto" },
+        } }"#,
+    )
+    .unwrap();
+    let chosen: Vec<UpstreamProtocol> = config.servers.iter().map(|s| s.protocol).collect();
+    assert_eq!(
+        chosen,
+        [
+            UpstreamProtocol::Auto,
+            UpstreamProtocol::Session,
+            UpstreamProtocol::Stateless,
+            UpstreamProtocol::Auto
+        ]
+    );
+    let problems =
+        parse(r#"{ mcpServers: { a: { command: "x", protocol: "2024-11-05" } } }"#).unwrap_err();
+    let text = problems.to_string();
+    assert!(text.contains("mcpServers.a.protocol"), "{text}");
+    assert!(text.contains("unknown protocol \"2024-11-05\""), "{text}");
+}
+
+#[test]
 fn stdio_and_http_servers() {
     let (config, diagnostics) = parse(
         r#"{
