@@ -13,7 +13,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
-import { connectHttp, exec, here, resultOf, startHttpGateway, wait } from "./harness.mjs";
+import { connectHttp, exec, here, resultOf, servers, startHttpGateway, wait } from "./harness.mjs";
 
 let gateway, modern, legacy;
 const asked = [];
@@ -27,6 +27,7 @@ before(async () => {
     mcpServers: {
       slow: { command: process.execPath, args: [join(here, "servers/slow.mjs")] },
       annotated: { command: process.execPath, args: [join(here, "servers/annotated.mjs")] },
+      everything: { command: process.execPath, args: [servers.everything] },
     },
   }));
   gateway = await startHttpGateway(path);
@@ -38,6 +39,7 @@ before(async () => {
     asked.push(request.params);
     const next = answers.shift() ?? "deny";
     if (next === "decline") return { action: "decline" };
+    if (typeof next === "object") return { action: "accept", content: next };
     return { action: "accept", content: { decision: next } };
   });
   await modern.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
@@ -125,4 +127,31 @@ test("a forged requestState is refused and decides nothing", async () => {
   const r = resultOf(raw);
   assert.equal(r.status, "failed", JSON.stringify(r));
   assert.match(r.error, /finished, failed, or never existed|another owner|expired/);
+});
+
+test("an upstream's question mid-call reaches the stateless client in the result; its answer reaches the tool", async () => {
+  const before = asked.length;
+  answers.push({ name: "Ada Lovelace", check: true });
+  const r = resultOf(await modern.callTool({
+    name: "exec",
+    arguments: { code: `text("asking");
+      const r = await MCP.everything.triggerElicitationRequest({});
+      return r.content.map((c) => c.text).join("\\n");` },
+  }));
+  assert.equal(r.status, "completed", JSON.stringify(r));
+  assert.equal(asked.length - before, 1);
+  assert.equal(asked.at(-1).message, "Please provide inputs for the following fields:");
+  assert.match(r.value, /Ada Lovelace/);
+  assert.deepEqual(r.output.map((o) => o.text), ["asking"], "output from before the question is kept");
+});
+
+test("an answer naming a question no gateway process holds is refused with what to do", async () => {
+  const raw = await modern.request({
+    method: "tools/call",
+    params: { name: "exec", arguments: { code: "return 1" }, requestState: "codemode.parked.v1:0123456789abcdef0123456789abcdef",
+      inputResponses: { "elicitation-1": { action: "decline" } } },
+  });
+  const r = resultOf(raw);
+  assert.equal(r.status, "failed", JSON.stringify(r));
+  assert.match(r.error, /no question of that requestState is open in this gateway.*run the cell again/);
 });

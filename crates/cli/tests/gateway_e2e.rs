@@ -123,11 +123,12 @@ fn waiting_runs_survive_restarts_and_move_between_replicas() {
 /// and wait and resumes a run from another request by its id, next to a
 /// 2025 session client whose runs stay its own; approvals are asked in the
 /// result (`input_required`), answered through the SDK's elicitation
-/// handler, and the run goes on with its whole output.
+/// handler, and the run goes on with its whole output; an upstream's
+/// elicitation mid-call is asked the same way, its answer reaches the tool.
 #[test]
 fn a_stateless_2026_client_resumes_runs_across_requests() {
     let out = node_suite("stateless.test.mjs");
-    assert!(out.contains("ℹ pass 6"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 8"), "every scenario ran: {out}");
 }
 
 /// The official Python SDK's `Client` in its default mode (2026-07-28,
@@ -150,7 +151,9 @@ fn python_sdk_client_in_its_default_mode_answers_approvals() {
 /// An upstream built with the official Python SDK whose tool elicits
 /// mid-call (`e2e/python/upstream_elicits.py`): the gateway speaks to it
 /// as the official clients do by default (a session), so its question
-/// reaches the client that made the call, and the answer the tool.
+/// reaches the client that made the call, and the answer the tool: a
+/// client with a session by `elicitation/create`, the SDK's default
+/// stateless client in the exec's result (`input_required`).
 #[test]
 fn a_python_sdk_upstream_that_elicits_works_behind_the_gateway() {
     let out = common::python(

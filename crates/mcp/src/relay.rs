@@ -9,7 +9,7 @@
 //! when that client did not declare the capability (or the mode), the
 //! server gets an error at once (never a hang, never another client).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use rmcp::model::{ElicitRequestParams, ElicitResult, ErrorCode, ErrorData};
@@ -20,6 +20,41 @@ use rmcp::service::{ElicitationMode, Peer, RoleServer};
 #[derive(Default)]
 pub(crate) struct ClientDirectory {
     sessions: Mutex<HashMap<String, Arc<OnceLock<Peer<RoleServer>>>>>,
+    /// Sessions whose client is asked in results (2026-07-28 stateless
+    /// requests cannot carry a request of ours): their questions are
+    /// posted here, and the request answers them as `input_required`.
+    mailboxes: Mutex<HashMap<String, Mailbox>>,
+}
+
+/// A question an upstream put to a client that is asked in results, and
+/// where its answer goes.
+pub(crate) struct Question {
+    pub(crate) params: ElicitRequestParams,
+    pub(crate) answer: tokio::sync::oneshot::Sender<ElicitResult>,
+}
+
+#[derive(Clone)]
+struct Mailbox {
+    questions: tokio::sync::mpsc::UnboundedSender<Question>,
+    modes: HashSet<ElicitationMode>,
+}
+
+/// The questions for one session's client, while someone takes them;
+/// closing it (drop) makes later questions fail at once.
+pub(crate) struct Questions {
+    directory: Arc<ClientDirectory>,
+    session: String,
+    pub(crate) incoming: tokio::sync::mpsc::UnboundedReceiver<Question>,
+}
+
+impl Drop for Questions {
+    fn drop(&mut self) {
+        self.directory
+            .mailboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.session);
+    }
 }
 
 impl ClientDirectory {
@@ -35,6 +70,26 @@ impl ClientDirectory {
     /// A client session ended.
     pub(crate) fn remove(&self, session: &str) {
         self.lock().remove(session);
+    }
+
+    /// From now on questions for `session` are posted to the returned
+    /// mailbox (its client answers them in its next request), for the
+    /// elicitation `modes` the client declared.
+    pub(crate) fn ask_in_results(
+        self: &Arc<Self>,
+        session: &str,
+        modes: HashSet<ElicitationMode>,
+    ) -> Questions {
+        let (questions, incoming) = tokio::sync::mpsc::unbounded_channel();
+        self.mailboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(session.to_owned(), Mailbox { questions, modes });
+        Questions {
+            directory: Arc::clone(self),
+            session: session.to_owned(),
+            incoming,
+        }
     }
 
     /// Relays an upstream's elicitation to the client of `sessions` (the
@@ -60,6 +115,54 @@ impl ClientDirectory {
                 ));
             }
         };
+        let (mode, name) = match &request {
+            ElicitRequestParams::FormElicitationParams { .. } => (ElicitationMode::Form, "form"),
+            ElicitRequestParams::UrlElicitationParams { .. } => (ElicitationMode::Url, "URL"),
+            _ => {
+                return refuse(format!(
+                    "codemode gateway: an elicitation mode from `{server}` this gateway does not relay"
+                ));
+            }
+        };
+        let unsupported = || {
+            // The protocol's answer to a method the client does not offer.
+            Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "the MCP client of this run does not support {name} elicitation, so MCP server `{server}` cannot ask its user"
+                ),
+                None,
+            ))
+        };
+        let mailbox = self
+            .mailboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(session)
+            .cloned();
+        if let Some(mailbox) = mailbox {
+            if !mailbox.modes.contains(&mode) {
+                return unsupported();
+            }
+            let (answer, answered) = tokio::sync::oneshot::channel();
+            let gone = || {
+                ErrorData::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "the MCP client of this run stopped answering (its request ended), so MCP server `{server}` cannot ask its user"
+                    ),
+                    None,
+                )
+            };
+            mailbox
+                .questions
+                .send(Question {
+                    params: request,
+                    answer,
+                })
+                .map_err(|_| gone())?;
+            return answered.await.map_err(|_| gone());
+        }
         let peer = self
             .lock()
             .get(session)
@@ -76,24 +179,8 @@ impl ClientDirectory {
                 None,
             ));
         };
-        let (mode, name) = match &request {
-            ElicitRequestParams::FormElicitationParams { .. } => (ElicitationMode::Form, "form"),
-            ElicitRequestParams::UrlElicitationParams { .. } => (ElicitationMode::Url, "URL"),
-            _ => {
-                return refuse(format!(
-                    "codemode gateway: an elicitation mode from `{server}` this gateway does not relay"
-                ));
-            }
-        };
         if !peer.supported_elicitation_modes().contains(&mode) {
-            // The protocol's answer to a method the client does not offer.
-            return Err(ErrorData::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!(
-                    "the MCP client of this run does not support {name} elicitation, so MCP server `{server}` cannot ask its user"
-                ),
-                None,
-            ));
+            return unsupported();
         }
         peer.create_elicitation(request).await.map_err(|e| {
             ErrorData::new(

@@ -71,7 +71,7 @@ impl Upstreams {
 
     /// The gateway's client sessions (requests of servers are relayed to
     /// the one whose run made the call).
-    pub(crate) fn clients(&self) -> &crate::relay::ClientDirectory {
+    pub(crate) fn clients(&self) -> &Arc<crate::relay::ClientDirectory> {
         &self.clients
     }
 

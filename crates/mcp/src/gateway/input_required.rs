@@ -1,7 +1,17 @@
-//! Approvals for clients without a session (2026-07-28 stateless
+//! Questions for clients without a session (2026-07-28 stateless
 //! requests): such a request cannot carry a server request back, so the
 //! question rides in the tool result (MCP's multi-round-trip requests).
+//! Two kinds:
 //!
+//! **An upstream's elicitation** during a nested call: the request's work
+//! (its exec or wait) runs in a task; when an upstream asks its user, the
+//! request answers `input_required` with the question and parks the work
+//! ([`Parked`]) under a random token in `requestState`. The client's next
+//! request brings the answer, which goes to the upstream, and takes the
+//! work up again (in this process: a token another process wrote is
+//! refused with what to do).
+//!
+//! **Approvals:**
 //! When an `exec` or `wait` of a client that declares form elicitation
 //! ends waiting only for approvals, its answer is an `input_required`
 //! result: one form per call awaiting approval, keyed by the call id, and
@@ -13,14 +23,172 @@
 //! with questions ride in the state, so the final result shows the whole
 //! run once.
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
 use codemode_runtime::{
-    ApprovalDecision, CodeModeResult, CodeModeSession, Output, Receipts, WaitReason,
+    ApprovalDecision, CodeModeResult, CodeModeSession, ErrorCode, Output, Receipts, Telemetry,
+    WaitReason,
 };
 use rmcp::model::{
     ElicitRequest, ElicitResult, InputRequest, InputRequests, InputRequiredResult, InputResponses,
 };
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tracing::{debug, info};
+
+use crate::relay::{Question, Questions};
+
+/// Marks a `requestState` naming parked work (an upstream's question).
+const PARKED_PREFIX: &str = "codemode.parked.v1:";
+
+/// How long parked work waits for its client's answer.
+const PARKED_FOR: Duration = Duration::from_secs(600);
+
+/// Parked work held at once; past it the oldest is let go (its question
+/// then fails for the upstream, and its run goes on without the answer).
+const MAX_PARKED: usize = 1024;
+
+/// The request's work on a run while its client is asked in results.
+pub(super) struct Conversation {
+    work: JoinHandle<CodeModeResult>,
+    questions: Questions,
+    /// Questions asked and not answered yet, by their key.
+    asked: BTreeMap<String, oneshot::Sender<ElicitResult>>,
+    /// Questions asked so far (for fresh keys).
+    count: u64,
+    /// What the client was shown of the run before (approvals).
+    earlier: Option<Earlier>,
+}
+
+/// What a turn of a [`Conversation`] gives the client.
+pub(super) enum Turn {
+    /// The exec's or wait's result.
+    Done(CodeModeResult),
+    /// Questions, with the work parked until the answers come.
+    Ask(InputRequiredResult),
+}
+
+impl Conversation {
+    /// `work` (an exec or wait running), taking the questions upstreams
+    /// put to this client.
+    pub(super) fn start(
+        work: JoinHandle<CodeModeResult>,
+        questions: Questions,
+        earlier: Option<Earlier>,
+    ) -> Conversation {
+        Conversation {
+            work,
+            questions,
+            asked: BTreeMap::new(),
+            count: 0,
+            earlier,
+        }
+    }
+
+    /// Hands the client's answers to the upstreams that asked.
+    pub(super) fn answer(&mut self, responses: Option<&InputResponses>) {
+        for (key, response) in responses.into_iter().flatten() {
+            let Some(waiting) = self.asked.remove(key) else {
+                debug!(%key, "an answer to no open question");
+                continue;
+            };
+            let answer = serde_json::from_value::<ElicitResult>(response.clone())
+                .unwrap_or_else(|_| ElicitResult::new(rmcp::model::ElicitationAction::Decline));
+            let _ = waiting.send(answer);
+        }
+    }
+
+    /// Runs until the work ends or an upstream asks something.
+    pub(super) async fn next(mut self, parked: &Parked) -> Turn {
+        tokio::select! {
+            done = &mut self.work => {
+                let result = done.unwrap_or_else(|e| CodeModeResult::failure(
+                    ErrorCode::InternalError,
+                    format!("the run's work ended abnormally: {e}"),
+                    Telemetry::default(),
+                ));
+                Turn::Done(match self.earlier.take() {
+                    Some(earlier) => earlier.before(result),
+                    None => result,
+                })
+            }
+            Some(question) = self.questions.incoming.recv() => {
+                let mut requests = InputRequests::new();
+                self.ask(question, &mut requests);
+                while let Ok(more) = self.questions.incoming.try_recv() {
+                    self.ask(more, &mut requests);
+                }
+                let token = parked.park(self);
+                info!(questions = requests.len(), "an upstream's question asked in the result (input_required)");
+                Turn::Ask(InputRequiredResult::new(
+                    Some(requests),
+                    Some(format!("{PARKED_PREFIX}{token}")),
+                ))
+            }
+        }
+    }
+
+    fn ask(&mut self, question: Question, requests: &mut InputRequests) {
+        self.count += 1;
+        let key = format!("elicitation-{}", self.count);
+        requests.insert(
+            key.clone(),
+            InputRequest::Elicitation(ElicitRequest::new(question.params)),
+        );
+        self.asked.insert(key, question.answer);
+    }
+}
+
+/// Conversations waiting for their client's next request, by token.
+#[derive(Default)]
+pub(in crate::gateway) struct Parked {
+    waiting: Mutex<HashMap<String, (Instant, Conversation)>>,
+}
+
+impl Parked {
+    fn park(&self, conversation: Conversation) -> String {
+        let token = format!(
+            "{:016x}{:016x}",
+            super::session_nonce(),
+            super::session_nonce()
+        );
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        waiting.retain(|_, (until, _)| *until > now);
+        if waiting.len() >= MAX_PARKED
+            && let Some(oldest) = waiting
+                .iter()
+                .min_by_key(|(_, (until, _))| *until)
+                .map(|(token, _)| token.clone())
+        {
+            waiting.remove(&oldest);
+        }
+        waiting.insert(token.clone(), (now + PARKED_FOR, conversation));
+        token
+    }
+
+    /// The conversation `state` names, if it is a parked one: `None` when
+    /// `state` is not of this kind, `Some(Err)` when it names none here.
+    pub(super) fn take(&self, state: &str) -> Option<Result<Conversation, String>> {
+        let token = state.strip_prefix(PARKED_PREFIX)?;
+        let taken = self
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(token)
+            .filter(|(until, _)| *until > Instant::now())
+            .map(|(_, conversation)| conversation);
+        Some(taken.ok_or_else(|| {
+            format!(
+                "no question of that requestState is open in this gateway: it was answered already, waited more than {} minutes, or was asked by another gateway process; run the cell again (calls that already ran show in its receipts)",
+                PARKED_FOR.as_secs() / 60
+            )
+        }))
+    }
+}
 
 /// Marks a `requestState` this gateway wrote (and its format).
 const STATE_PREFIX: &str = "codemode.approvals.v1:";

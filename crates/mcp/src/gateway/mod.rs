@@ -142,6 +142,8 @@ pub(super) struct Shared {
     result_form: crate::config::ResultForm,
     /// Runs driven as MCP tasks (the Tasks extension).
     tasks: Arc<crate::tasks::Tasks>,
+    /// Work of stateless requests waiting for their client's answers.
+    parked: input_required::Parked,
 }
 
 /// The gateway: one per process. Cheap to clone.
@@ -202,6 +204,7 @@ impl Gateway {
                 insecure_no_auth: options.insecure_no_auth,
                 running_by_principal: Mutex::default(),
                 tasks: Arc::default(),
+                parked: input_required::Parked::default(),
             }),
         })
     }

@@ -265,12 +265,13 @@ impl ServerHandler for GatewaySession {
         }
         // Without a session the client cannot be sent a request of ours:
         // a client that can answer forms is asked in the result instead.
-        let asks_in_result = stateless
-            && context
-                .client_capabilities()
-                .and_then(|c| c.elicitation)
-                .is_some_and(|e| e.form.is_some() || e.url.is_none());
-        if asks_in_result {
+        let modes = if stateless {
+            elicitation_modes(context.client_capabilities())
+        } else {
+            std::collections::HashSet::new()
+        };
+        let asks_in_result = !modes.is_empty();
+        if modes.contains(&rmcp::service::ElicitationMode::Form) {
             self.approver.ask_in_results();
         }
         let answered = request.request_state.take();
@@ -328,28 +329,21 @@ impl ServerHandler for GatewaySession {
                 if let Some(sink) = progress {
                     options = options.with_progress(sink);
                 }
-                if let Some(state) = &answered {
-                    // The same request again, with the answers to the
-                    // questions its first try got: the run goes on.
-                    self.refresh_catalog().await;
-                    match input_required::answer(&self.session, state, answers.as_ref()) {
-                        Ok(earlier) => {
-                            let run = serde_json::json!({ "runId": earlier.run_id() });
-                            let later = self.session.wait_call(&call_id, &run, options).await;
-                            earlier.before(later)
-                        }
-                        Err(message) => CodeModeResult::failure(
-                            codemode_runtime::ErrorCode::InvalidInput,
-                            message,
-                            codemode_runtime::Telemetry::default(),
-                        ),
-                    }
-                } else if tool == "exec" {
+                if asks_in_result || answered.is_some() {
+                    let work = Work {
+                        tool,
+                        call_id: &call_id,
+                        input,
+                        options,
+                    };
+                    return self.converse(work, modes, answered, answers).await;
+                }
+                Ok(if tool == "exec" {
                     self.refresh_catalog().await;
                     self.session.exec_call(&call_id, &input, options).await
                 } else {
                     self.session.wait_call(&call_id, &input, options).await
-                }
+                })
             },
             span,
         )
@@ -357,15 +351,11 @@ impl ServerHandler for GatewaySession {
         if let Some(forwarder) = forwarder {
             forwarder.finish().await;
         }
-        crate::metrics::record_call(tool, &result, started.elapsed().as_secs_f64());
-        let result = if asks_in_result {
-            match input_required::questions(&self.session, result) {
-                Ok(asked) => return Ok(CallToolResponse::InputRequired(asked)),
-                Err(result) => result,
-            }
-        } else {
-            result
+        let result = match result {
+            Ok(result) => result,
+            Err(asked) => return Ok(CallToolResponse::InputRequired(asked)),
         };
+        crate::metrics::record_call(tool, &result, started.elapsed().as_secs_f64());
         if wants_task && let CodeModeResult::Waiting { run_id, .. } = &result {
             let form = self.shared.result_form;
             let ttl =
@@ -384,6 +374,117 @@ impl ServerHandler for GatewaySession {
         }
         Ok(self.tool_result(&result).into())
     }
+}
+
+/// One exec or wait call to run.
+struct Work<'a> {
+    tool: &'static str,
+    call_id: &'a str,
+    input: Value,
+    options: codemode_runtime::CallOptions,
+}
+
+impl GatewaySession {
+    /// An exec or wait of a client asked in results (a stateless request
+    /// that declared elicitation), or the same request again with the
+    /// answers to the questions it got (`requestState`): the result, or
+    /// the next questions (`input_required`, see `input_required`).
+    async fn converse(
+        &self,
+        work: Work<'_>,
+        modes: std::collections::HashSet<rmcp::service::ElicitationMode>,
+        answered: Option<String>,
+        answers: Option<rmcp::model::InputResponses>,
+    ) -> Result<CodeModeResult, rmcp::model::InputRequiredResult> {
+        let refused = |message: String| {
+            Ok(CodeModeResult::failure(
+                codemode_runtime::ErrorCode::InvalidInput,
+                message,
+                codemode_runtime::Telemetry::default(),
+            ))
+        };
+        self.refresh_catalog().await;
+        let questions = || {
+            self.shared
+                .upstreams
+                .clients()
+                .ask_in_results(&self.id, modes.clone())
+        };
+        let conversation = match answered.as_deref() {
+            None => {
+                let running = self.spawn(work.tool, work.call_id, work.input, work.options);
+                input_required::Conversation::start(running, questions(), None)
+            }
+            Some(state) => match self.shared.parked.take(state) {
+                Some(Ok(mut parked)) => {
+                    parked.answer(answers.as_ref());
+                    parked
+                }
+                Some(Err(message)) => return refused(message),
+                // Answers to approval questions: decided, the run goes on.
+                None => match input_required::answer(&self.session, state, answers.as_ref()) {
+                    Ok(earlier) => {
+                        let run = serde_json::json!({ "runId": earlier.run_id() });
+                        let running = self.spawn("wait", work.call_id, run, work.options);
+                        input_required::Conversation::start(running, questions(), Some(earlier))
+                    }
+                    Err(message) => return refused(message),
+                },
+            },
+        };
+        match conversation.next(&self.shared.parked).await {
+            input_required::Turn::Ask(asked) => Err(asked),
+            input_required::Turn::Done(result) => {
+                match input_required::questions(&self.session, result) {
+                    Ok(asked) => Err(asked),
+                    Err(result) => Ok(result),
+                }
+            }
+        }
+    }
+
+    /// Runs an exec or wait in its own task (it may outlive this request
+    /// while its client answers a question).
+    fn spawn(
+        &self,
+        tool: &str,
+        call_id: &str,
+        input: Value,
+        options: codemode_runtime::CallOptions,
+    ) -> tokio::task::JoinHandle<CodeModeResult> {
+        let session = Arc::clone(&self.session);
+        let call_id = call_id.to_owned();
+        let exec = tool == "exec";
+        let span = tracing::Span::current();
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                if exec {
+                    session.exec_call(&call_id, &input, options).await
+                } else {
+                    session.wait_call(&call_id, &input, options).await
+                }
+            },
+            span,
+        ))
+    }
+}
+
+/// The elicitation modes a stateless request's client declared.
+fn elicitation_modes(
+    capabilities: Option<rmcp::model::ClientCapabilities>,
+) -> std::collections::HashSet<rmcp::service::ElicitationMode> {
+    use rmcp::service::ElicitationMode;
+    let mut modes = std::collections::HashSet::new();
+    if let Some(elicitation) = capabilities.and_then(|c| c.elicitation) {
+        // No mode named: form, as the specification says.
+        if elicitation.form.is_some() || elicitation.url.is_none() {
+            modes.insert(ElicitationMode::Form);
+        }
+        if elicitation.url.is_some() {
+            modes.insert(ElicitationMode::Url);
+        }
+    }
+    modes
 }
 
 /// The authenticated principal of an HTTP request, if any.
