@@ -9,7 +9,7 @@ use codemode_mcp::Upstreams;
 use crate::{load_config, print_diagnostics, report_down, tokio_runtime};
 
 pub(crate) fn catalog(config: &PathBuf) -> Result<ExitCode> {
-    let (config, diagnostics) = load_config(Some(config))?;
+    let (config, diagnostics) = load_config(Some(config), None)?;
     print_diagnostics(&diagnostics);
     let tokio = tokio_runtime()?;
     tokio.block_on(async move {

@@ -6,25 +6,41 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use codemode_mcp::{GatewayConfig, Upstreams, parse_config};
+use codemode_mcp::config::parse_config_for_agent;
+use codemode_mcp::{GatewayConfig, Upstreams};
 use codemode_runtime::{ApprovalMode, ApprovalReason, CatalogEntry};
 
 use crate::{environment, report_down, tokio_runtime};
 
-pub(crate) fn check_config(path: &PathBuf, offline: bool) -> Result<ExitCode> {
+pub(crate) fn check_config(path: &PathBuf, offline: bool, agent: Option<&str>) -> Result<ExitCode> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config {}", path.display()))?;
-    let config = match parse_config(&text, &environment) {
+    let config = match parse_config_for_agent(&text, &environment, agent) {
         Ok((config, diagnostics)) => {
             for d in &diagnostics {
                 println!("{}: {d}", path.display());
             }
+            let as_agent = agent
+                .map(|id| format!(", as agent {}", serde_json::Value::String(id.to_owned())))
+                .unwrap_or_default();
             println!(
-                "{}: ok ({} MCP server{})",
+                "{}: ok ({} MCP server{}{as_agent})",
                 path.display(),
                 config.servers.len(),
                 if config.servers.len() == 1 { "" } else { "s" }
             );
+            if config.code_mode_given && !config.code_mode.enabled {
+                println!(
+                    "{}: note: code mode is off{as_agent} (tools.codeMode without enabled: true); `serve` refuses such a config (`exec` runs cells whatever it says)",
+                    path.display()
+                );
+            }
+            if let Some(why) = crate::serve::no_tools(&config, &Default::default()) {
+                println!(
+                    "{}: note: no tools for code mode: {why}; `serve` refuses such a config (`exec` still runs cells, with --tools)",
+                    path.display()
+                );
+            }
             config
         }
         Err(problems) => {

@@ -1,42 +1,97 @@
-//! `codemode exec`: one cell against a tools file or the configured servers.
+//! `codemode exec` and `codemode wait`: one cell, or one waiting run,
+//! against the configured servers and a tools file. The session is the
+//! gateway's own without the transport ([`Gateway::local_session`]): the
+//! same run store, result handles, hooks and debug logs as `serve`.
+//! Approvals have no client to ask: calls needing one are refused, or,
+//! with `--follow --approve`, approved.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use codemode_mcp::{GatewayConfig, Upstreams, parse_config};
+use codemode_mcp::config::{StoreSetting, parse_config_for_agent};
+use codemode_mcp::gateway::local::LocalSession;
+use codemode_mcp::{Gateway, GatewayConfig, GatewayError, GatewayOptions, Upstreams};
 use codemode_runtime::{
-    Catalog, CodeModeResult, CodeModeRuntime, RunContext, ToolDefinition, ToolSource,
+    ApprovalDecision, ApprovalFuture, ApprovalRequest, Approver, Catalog, CodeModeResult,
+    RunContext, ToolDefinition, ToolPolicy, ToolSource,
 };
 
 use crate::tools_file::ToolsFile;
 use crate::{LanguageArg, environment, print_diagnostics, report_down, tokio_runtime, tools_file};
 
-/// `codemode exec`'s arguments.
+/// What `exec` and `wait` share: where the session's tools, settings and
+/// waiting runs come from, and how results are followed.
 #[derive(clap::Args)]
-pub(crate) struct ExecArgs {
-    /// JSON5 config file holding `tools.codeMode`.
+pub(crate) struct SessionArgs {
+    /// JSON5 config file: `tools.codeMode`, `mcpServers` (whose tools join
+    /// the catalog), `hooks`, `approvals`, `results`, `store`.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
+    /// Use this agent's `agents.list[].tools.codeMode` over the global one.
+    #[arg(long, value_name = "ID", requires = "config")]
+    pub(crate) agent: Option<String>,
     /// JSON5 file `{ tools: [...] }` of scripted tools the cell can call.
     #[arg(long)]
     pub(crate) tools: Option<PathBuf>,
     /// Remove a tool (by name or id) by policy; repeatable.
     #[arg(long, value_name = "NAME")]
     pub(crate) deny: Vec<String>,
-    /// Cell language.
-    #[arg(long, value_enum, default_value = "javascript")]
-    pub(crate) language: LanguageArg,
+    /// Where waiting runs are kept: `memory`, `file:PATH`, or
+    /// `redis://HOST:PORT/DB`; over the config's `store`. Default: runs.db
+    /// in the data directory, so `codemode wait` can resume them later.
+    #[arg(long, value_name = "STORE", value_parser = StoreSetting::parse)]
+    pub(crate) store: Option<StoreSetting>,
     /// Keep calling `wait` while the result is `waiting`, printing each result.
     #[arg(long)]
     pub(crate) follow: bool,
-    /// With --follow: approve every call that awaits approval (without
-    /// it, following stops at a run waiting for approval).
+    /// With --follow: approve every call that needs approval (without
+    /// it, such calls are refused: there is no one to ask).
     #[arg(long, requires = "follow")]
     pub(crate) approve: bool,
+}
+
+/// `codemode exec`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct ExecArgs {
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+    /// Cell language.
+    #[arg(long, value_enum, default_value = "javascript")]
+    pub(crate) language: LanguageArg,
     /// The cell source file, or `-` (the default) for stdin.
     pub(crate) file: Option<PathBuf>,
+}
+
+/// `codemode wait`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct WaitArgs {
+    /// The run to resume: the `runId` of a `waiting` result.
+    pub(crate) run_id: String,
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+}
+
+/// What the session does first.
+enum Work {
+    Exec {
+        code: String,
+        language: &'static str,
+    },
+    Wait {
+        run_id: String,
+    },
+}
+
+impl Work {
+    fn command(&self) -> &'static str {
+        match self {
+            Work::Exec { .. } => "codemode exec",
+            Work::Wait { .. } => "codemode wait",
+        }
+    }
 }
 
 pub(crate) fn load_tools(path: Option<&Path>) -> Result<ToolsFile> {
@@ -50,82 +105,144 @@ pub(crate) fn load_tools(path: Option<&Path>) -> Result<ToolsFile> {
 
 pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
     let ExecArgs {
-        config,
-        tools,
-        deny,
+        session,
         language,
-        follow,
-        approve,
         file,
     } = args;
-    // A config that is wrong is the run's result (`invalid_config`), as
-    // the contract says; a file that cannot be read is bad usage.
-    let (config, diagnostics) = match &config {
-        None => (GatewayConfig::default(), Vec::new()),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading config {}", path.display()))?;
-            match parse_config(&text, &environment) {
-                Ok(parsed) => parsed,
-                Err(problems) => {
-                    let failed = CodeModeResult::failure(
-                        codemode_runtime::ErrorCode::InvalidConfig,
-                        format!("config {}: {problems}", path.display()),
-                        codemode_runtime::Telemetry::default(),
-                    );
-                    println!("{}", serde_json::to_string(&failed)?);
-                    return Ok(ExitCode::from(1));
-                }
-            }
-        }
-    };
-    print_diagnostics(&diagnostics);
-    let tools = load_tools(tools.as_deref())?;
-    // `--deny` adds to the config's `tools.deny`.
-    let policy = config.tool_policy(&codemode_runtime::ToolPolicy {
-        deny,
-        ..Default::default()
-    });
     let code = read_cell(file.as_deref())?;
     let language = match language {
         LanguageArg::Javascript => "javascript",
         LanguageArg::Typescript => "typescript",
     };
+    run(session, Work::Exec { code, language })
+}
+
+pub(crate) fn wait(args: WaitArgs) -> Result<ExitCode> {
+    run(
+        args.session,
+        Work::Wait {
+            run_id: args.run_id,
+        },
+    )
+}
+
+/// The config of `path` for `agent`; a config with problems is the run's
+/// result (`invalid_config`), as the contract says (`Err(Ok(exit))`), a
+/// file that cannot be read is bad usage (`Err(Err(_))`).
+fn load(
+    path: Option<&Path>,
+    agent: Option<&str>,
+) -> std::result::Result<GatewayConfig, Result<ExitCode>> {
+    let Some(path) = path else {
+        return Ok(GatewayConfig::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config {}", path.display()))
+        .map_err(Err)?;
+    match parse_config_for_agent(&text, &environment, agent) {
+        Ok((config, diagnostics)) => {
+            print_diagnostics(&diagnostics);
+            Ok(config)
+        }
+        Err(problems) => {
+            let failed = CodeModeResult::failure(
+                codemode_runtime::ErrorCode::InvalidConfig,
+                format!("config {}: {problems}", path.display()),
+                codemode_runtime::Telemetry::default(),
+            );
+            Err(print_result(&failed).map(|()| ExitCode::from(1)))
+        }
+    }
+}
+
+fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
+    let SessionArgs {
+        config,
+        agent,
+        tools,
+        deny,
+        store,
+        follow,
+        approve,
+    } = args;
+    let mut config = match load(config.as_deref(), agent.as_deref()) {
+        Ok(config) => config,
+        Err(exit) => return exit,
+    };
+    // `exec` runs the cell whatever `enabled` says (documented).
+    config.code_mode.enabled = true;
+    let tools = load_tools(tools.as_deref())?;
+    // `--deny` adds to the config's `tools.deny`.
+    let extra = ToolPolicy {
+        deny,
+        ..ToolPolicy::default()
+    };
+    let policy = config.tool_policy(&extra);
+    let default_store = store.is_none() && config.store.is_none();
+    let options = GatewayOptions {
+        policy: extra,
+        store,
+        ..GatewayOptions::default()
+    };
+    let context = RunContext {
+        agent_id: Some(config.agent.clone().unwrap_or_else(|| "cli".into())),
+        session_id: Some(format!("cli-{}", std::process::id())),
+        ..RunContext::default()
+    };
+    let owner = cli_owner(config.agent.as_deref());
     let tokio = tokio_runtime()?;
-    tokio.block_on(async move {
-        // The configured MCP servers join the scripted tools.
-        let upstreams = Upstreams::start(config.servers, policy.clone());
-        upstreams.started().await;
-        let _ = report_down(&upstreams);
-        let catalog = catalog_with_mcp(&tools, &upstreams, &policy)?;
-        let executor = tools_file::combined(tools.executor(), upstreams.executor());
-        let runtime = match CodeModeRuntime::new(config.code_mode) {
-            Ok(runtime) => runtime,
-            Err(e) => {
-                // Fail closed, in the result shape callers already parse.
-                let result = CodeModeResult::failure(
-                    codemode_runtime::ErrorCode::RuntimeUnavailable,
-                    e.to_string(),
-                    codemode_runtime::Telemetry::default(),
-                );
-                print_result(&result)?;
+    let ran = tokio.block_on(async move {
+        let gateway = match start(config, options, default_store)? {
+            Ok(gateway) => gateway,
+            Err(failed) => {
+                print_result(&failed)?;
                 return Ok(ExitCode::from(1));
             }
         };
-        let context = RunContext {
-            agent_id: Some("cli".into()),
-            session_id: Some(format!("cli-{}", std::process::id())),
-            ..RunContext::default()
+        gateway.wait_ready().await;
+        let _ = report_down(gateway.upstreams());
+        // Scripted tools join the configured servers' in one catalog.
+        let tools = if tools.definitions().is_empty() {
+            None
+        } else {
+            let catalog = catalog_with_mcp(&tools, gateway.upstreams(), &policy)?;
+            let executor =
+                tools_file::combined(tools.executor(), gateway.upstreams().executor());
+            Some((catalog, executor))
         };
-        let session = runtime.session(context, catalog, executor);
-        let mut result = session
-            .exec_call(
-                "cli_exec",
-                &serde_json::json!({ "code": code, "language": language }),
-                codemode_runtime::CallOptions::default(),
-            )
-            .await;
+        let approver: Option<Arc<dyn Approver>> = match approve {
+            // Calls wait; the loop below approves them.
+            true => None,
+            false => Some(Arc::new(NoOneToAsk {
+                command: work.command(),
+            })),
+        };
+        let session = match gateway.local_session(LocalSession {
+            context,
+            tools,
+            approver,
+            owner: Some(owner),
+        }) {
+            Ok(session) => session,
+            Err(refused) => {
+                print_result(&refused.to_result())?;
+                gateway.shutdown();
+                return Ok(ExitCode::from(1));
+            }
+        };
+        let options = codemode_runtime::CallOptions::default;
+        let mut result = match &work {
+            Work::Exec { code, language } => {
+                let input = serde_json::json!({ "code": code, "language": language });
+                session.exec_call("cli_exec", &input, options()).await
+            }
+            Work::Wait { run_id } => {
+                let input = serde_json::json!({ "runId": run_id });
+                session.wait_call("cli_wait", &input, options()).await
+            }
+        };
         print_result(&result)?;
+        let mut waits = 0;
         while follow
             && let CodeModeResult::Waiting {
                 run_id,
@@ -136,7 +253,10 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
         {
             if *reason == codemode_runtime::WaitReason::Approval {
                 if !approve {
-                    crate::logs::say(tracing::Level::WARN, "the run waits for approval of a call; nothing here approves it (pass --approve to approve every call)");
+                    crate::logs::say(
+                        tracing::Level::WARN,
+                        "the run waits for approval of a call; nothing here approves it (pass --approve to approve every call)",
+                    );
                     break;
                 }
                 for call in pending_tool_calls.iter().filter(|c| c.awaiting_approval) {
@@ -144,22 +264,133 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
                     let _ = session.approve(run_id, &call.id);
                 }
             }
-            result = session.wait(&serde_json::json!({ "runId": run_id })).await;
+            waits += 1;
+            let input = serde_json::json!({ "runId": run_id });
+            result = session
+                .wait_call(&format!("cli_wait_{waits}"), &input, options())
+                .await;
             print_result(&result)?;
         }
-        upstreams.shutdown();
+        if let CodeModeResult::Waiting { run_id, .. } = &result {
+            say_where_it_waits(&gateway, run_id, default_store);
+        }
+        gateway.shutdown();
+        drop(session);
         Ok(match result {
             CodeModeResult::Failed { .. } => ExitCode::from(1),
             _ => ExitCode::SUCCESS,
         })
-    })
+    });
+    // Calls still running stop with the process (a later `wait` gets
+    // them as `interrupted`); do not wait for them.
+    tokio.shutdown_timeout(std::time::Duration::from_millis(500));
+    ran
+}
+
+/// Starts the gateway for one local session. The default run store is
+/// held by one process at a time (`runs.db`, then `runs-2.db` ...): when
+/// every default file is held, the session keeps its runs in memory (said
+/// on stderr) rather than fail. `Ok(Err(result))`: the sandbox could not
+/// start (`runtime_unavailable`, in the result shape callers parse).
+fn start(
+    config: GatewayConfig,
+    options: GatewayOptions,
+    default_store: bool,
+) -> Result<std::result::Result<Gateway, CodeModeResult>> {
+    let started = match Gateway::start(config.clone(), options.clone()) {
+        Err(GatewayError::Store(reason)) if default_store => {
+            crate::logs::say(
+                tracing::Level::WARN,
+                &format!(
+                    "run store: {reason}; runs are kept in memory, so a run left waiting ends with this process"
+                ),
+            );
+            Gateway::start(
+                config,
+                GatewayOptions {
+                    store: Some(StoreSetting::Memory),
+                    ..options
+                },
+            )
+        }
+        other => other,
+    };
+    match started {
+        Ok(gateway) => Ok(Ok(gateway)),
+        // Fail closed, in the result shape callers already parse.
+        Err(GatewayError::Runtime(e)) => Ok(Err(CodeModeResult::failure(
+            codemode_runtime::ErrorCode::RuntimeUnavailable,
+            e.to_string(),
+            codemode_runtime::Telemetry::default(),
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Who the runs of `codemode exec` and `codemode wait` belong to: the
+/// user and the agent, so a later process of the same user (and agent)
+/// resumes them from a durable store, and nobody else: a bearer token's
+/// principal cannot hold a `:`, an OAuth user's starts `oauth:`.
+fn cli_owner(agent: Option<&str>) -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "local".into());
+    match agent {
+        Some(agent) => format!("cli:{user}:agent:{agent}"),
+        None => format!("cli:{user}"),
+    }
+}
+
+/// A waiting run left behind: where it is, when a plain `codemode wait`
+/// would not find it.
+fn say_where_it_waits(gateway: &Gateway, run_id: &str, default_store: bool) {
+    match gateway.runtime().durable_store_stats() {
+        None => crate::logs::say(
+            tracing::Level::WARN,
+            &format!(
+                "run {run_id} waits in this process's memory and ends with it: `codemode wait` cannot resume it (use --follow, or a durable --store)"
+            ),
+        ),
+        Some((store, _)) if default_store && !store.ends_with("/runs.db") => {
+            crate::logs::say(
+                tracing::Level::WARN,
+                &format!(
+                    "run {run_id} waits in {store} (the first default file was held by another process): resume it with `codemode wait {run_id} --store {store}`"
+                ),
+            );
+        }
+        Some(_) => {}
+    }
+}
+
+/// The approver of a session with no client: a call that needs approval
+/// is refused, saying how to let it run (fail closed).
+struct NoOneToAsk {
+    command: &'static str,
+}
+
+impl Approver for NoOneToAsk {
+    fn ask(&self, request: ApprovalRequest) -> ApprovalFuture {
+        let why = request
+            .tool
+            .gate
+            .approval
+            .as_ref()
+            .map(|reason| format!(" ({})", reason.describe()))
+            .unwrap_or_default();
+        let reason = format!(
+            "approval required: calls of {} need a human's approval{why}, and `{}` has no one to ask; run it with --follow --approve to approve every call, or change approvals.mode / approveTools in the config (needsApproval in a --tools file)",
+            request.tool.id, self.command
+        );
+        Box::pin(std::future::ready(Some(ApprovalDecision::Deny { reason })))
+    }
 }
 
 /// The scripted tools and the configured servers' tools in one catalog.
 fn catalog_with_mcp(
     tools: &ToolsFile,
     upstreams: &Upstreams,
-    policy: &codemode_runtime::ToolPolicy,
+    policy: &ToolPolicy,
 ) -> Result<Catalog> {
     let mut definitions = tools.definitions();
     let mut mcp_servers = Vec::new();

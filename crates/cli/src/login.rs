@@ -12,7 +12,7 @@ pub(crate) fn configured_server(
     name: &str,
     path: &PathBuf,
 ) -> Result<codemode_mcp::McpServerConfig> {
-    let (config, diagnostics) = load_config(Some(path))?;
+    let (config, diagnostics) = load_config(Some(path), None)?;
     print_diagnostics(&diagnostics);
     config
         .servers

@@ -1,12 +1,16 @@
 //! The `codemode` binary.
 //!
-//! - `codemode exec [--config FILE] [--tools FILE] [--deny NAME]... [--language javascript|typescript] [--follow] [FILE|-]`
-//!   runs one cell against the scripted tools of a tools file (see
-//!   [`tools_file`]) and prints one `CodeModeResult` JSON object on stdout
-//!   (with `--follow`, keeps calling `wait` while the result is `waiting` and
-//!   prints every result as one JSON line). Exit status: 0 completed or
-//!   waiting, 1 failed, 2 bad usage.
-//! - `codemode serve --config FILE [--http ADDR]` is the code-mode MCP
+//! - `codemode exec [--config FILE [--agent ID]] [--tools FILE] [--deny NAME]... [--store STORE] [--language javascript|typescript] [--follow [--approve]] [FILE|-]`
+//!   runs one cell in the gateway's session without the transport (the
+//!   configured servers, hooks, result handles and run store of `serve`,
+//!   plus the scripted tools of a tools file, see [`tools_file`]) and
+//!   prints one `CodeModeResult` JSON object on stdout (with `--follow`,
+//!   keeps calling `wait` while the result is `waiting` and prints every
+//!   result as one JSON line). Exit status: 0 completed or waiting, 1
+//!   failed, 2 bad usage.
+//! - `codemode wait RUN_ID [same options]` resumes a run an earlier
+//!   `codemode exec` (or `wait`) left waiting in the durable run store.
+//! - `codemode serve --config FILE [--agent ID] [--http ADDR]` is the code-mode MCP
 //!   gateway: MCP clients see exactly `exec` and `wait`; the config's
 //!   `mcpServers` sit behind the guest's `MCP` namespace. stdio by default,
 //!   streamable HTTP at `http://ADDR/mcp` with `--http`.
@@ -38,13 +42,14 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use codemode_mcp::{GatewayConfig, GatewayOptions, Upstreams, parse_config};
+use codemode_mcp::config::parse_config_for_agent;
+use codemode_mcp::{GatewayConfig, GatewayOptions, Upstreams};
 use codemode_runtime::{Diagnostic, ToolPolicy};
 
 use crate::approvals::approvals;
 use crate::catalog::catalog;
 use crate::check_config::check_config;
-use crate::exec::{ExecArgs, exec};
+use crate::exec::{ExecArgs, WaitArgs, exec, wait};
 use crate::login::{login, logout};
 use crate::logs::init_logs_and_traces;
 use crate::serve::{Listeners, serve};
@@ -80,11 +85,17 @@ enum LanguageArg {
 enum Command {
     /// Run one cell and print its result as JSON.
     Exec(ExecArgs),
+    /// Resume a run a `codemode exec` left waiting and print its result.
+    Wait(WaitArgs),
     /// Serve the code-mode MCP gateway (stdio by default).
     Serve {
         /// JSON5 config file: `tools.codeMode` and `mcpServers`.
         #[arg(long)]
         config: PathBuf,
+        /// Serve as this agent of `agents.list`: its `tools.codeMode`
+        /// merged over the global one.
+        #[arg(long, value_name = "ID")]
+        agent: Option<String>,
         /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8080).
         #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
         http: Option<std::net::SocketAddr>,
@@ -174,6 +185,9 @@ enum Command {
         /// Check the file only; start no server.
         #[arg(long)]
         offline: bool,
+        /// Check it as this agent of `agents.list` sees it.
+        #[arg(long, value_name = "ID")]
+        agent: Option<String>,
     },
 }
 
@@ -245,8 +259,10 @@ fn run_cli(cli: std::result::Result<Cli, clap::Error>) -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Exec(args) => exec(args),
+        Command::Wait(args) => wait(args),
         Command::Serve {
             config,
+            agent,
             http,
             allow_hosts,
             allow_origins,
@@ -259,6 +275,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             store,
         } => serve(
             &config,
+            agent.as_deref(),
             Listeners {
                 http,
                 admin: admin_listen,
@@ -287,7 +304,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => login(&server, &config, no_browser, timeout),
         Command::Logout { server, config } => logout(&server, &config),
         Command::Catalog { config } => catalog(&config),
-        Command::CheckConfig { file, offline } => check_config(&file, offline),
+        Command::CheckConfig {
+            file,
+            offline,
+            agent,
+        } => check_config(&file, offline, agent.as_deref()),
     }
 }
 
@@ -295,13 +316,16 @@ fn environment(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-fn load_config(path: Option<&PathBuf>) -> Result<(GatewayConfig, Vec<Diagnostic>)> {
+fn load_config(
+    path: Option<&PathBuf>,
+    agent: Option<&str>,
+) -> Result<(GatewayConfig, Vec<Diagnostic>)> {
     let Some(path) = path else {
         return Ok((GatewayConfig::default(), Vec::new()));
     };
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config {}", path.display()))?;
-    parse_config(&text, &environment).map_err(|problems| {
+    parse_config_for_agent(&text, &environment, agent).map_err(|problems| {
         anyhow::anyhow!(
             "config {}:\n{}",
             path.display(),

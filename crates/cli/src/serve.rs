@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use codemode_mcp::{Gateway, GatewayOptions};
+use codemode_mcp::{Gateway, GatewayConfig, GatewayOptions};
+use codemode_runtime::ToolPolicy;
 
 use crate::{admin_token, load_config, print_diagnostics, tokio_runtime};
 
@@ -17,11 +18,28 @@ pub(crate) struct Listeners {
 
 pub(crate) fn serve(
     config: &PathBuf,
+    agent: Option<&str>,
     listeners: Listeners,
     options: GatewayOptions,
 ) -> Result<ExitCode> {
-    let (config, diagnostics) = load_config(Some(config))?;
+    let (config, diagnostics) = load_config(Some(config), agent)?;
     print_diagnostics(&diagnostics);
+    if config.code_mode_given && !config.code_mode.enabled {
+        match &config.agent {
+            None => return Err(codemode_mcp::GatewayError::Disabled.into()),
+            Some(agent) => anyhow::bail!(
+                "code mode is disabled for agent {} (its agents.list[].tools.codeMode merged over tools.codeMode); the gateway serves only code mode: set enabled: true in that agent's block or in tools.codeMode, or serve another agent",
+                serde_json::Value::String(agent.clone())
+            ),
+        }
+    }
+    // The reference's activation: a run with no tools gets no code-mode
+    // surface. A gateway whose config gives it none has nothing to serve.
+    if let Some(why) = no_tools(&config, &options.policy) {
+        anyhow::bail!(
+            "this config gives code mode no tools: {why}. A run without tools gets no code-mode surface (no exec, no wait), so there is nothing to serve; add a server to mcpServers or let its tools through"
+        );
+    }
     let Listeners {
         http,
         admin,
@@ -62,6 +80,15 @@ pub(crate) fn serve(
             })
             .await?;
         }
+        let watcher = gateway.clone();
+        tokio::spawn(async move {
+            watcher.wait_ready().await;
+            if watcher.upstreams().catalog().is_empty() {
+                tracing::warn!(
+                    "no upstream tool yet: every configured server is down or offers no tool the policy lets through; cells can call nothing until one does"
+                );
+            }
+        });
         let stopper = gateway.clone();
         tokio::spawn(async move {
             shutdown_signal().await;
@@ -89,6 +116,33 @@ pub(crate) fn serve(
     // process groups on the way out.
     tokio.shutdown_timeout(std::time::Duration::from_millis(500));
     served
+}
+
+/// Why `config` (with `extra` from the command line) can give code mode
+/// no tool at all, whatever its servers offer: no enabled server, an
+/// empty allow list, or a deny-everything pattern, for all servers or
+/// for each. `None`: it may have tools.
+pub(crate) fn no_tools(config: &GatewayConfig, extra: &ToolPolicy) -> Option<String> {
+    let policy = config.tool_policy(extra);
+    let shut = |allow: &Option<Vec<String>>, deny: &[String]| {
+        allow.as_ref().is_some_and(Vec::is_empty) || deny.iter().any(|g| g == "*")
+    };
+    if config.servers.is_empty() {
+        return Some(
+            "no MCP server is configured (mcpServers is empty, or every server is disabled)".into(),
+        );
+    }
+    if shut(&policy.allow, &policy.deny) {
+        return Some("the tool policy lets no tool through (tools.allow is empty, or tools.deny / --deny holds \"*\")".into());
+    }
+    if config
+        .servers
+        .iter()
+        .all(|s| shut(&s.tools.allow, &s.tools.deny))
+    {
+        return Some("every server's allowTools is empty or its denyTools holds \"*\"".into());
+    }
+    None
 }
 
 /// Starts a listener beside the MCP one (metrics, operator endpoint) and

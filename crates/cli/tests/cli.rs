@@ -8,8 +8,16 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 fn codemode(args: &[&str], stdin: &str) -> Output {
+    codemode_with(args, stdin, &[])
+}
+
+/// `codemode` with `args`, `stdin` and more environment variables. Its
+/// data directory (the default run store) is this test process's.
+fn codemode_with(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
         .args(args)
+        .env("CODEMODE_DATA_DIR", common::data_dir())
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -298,9 +306,14 @@ fn serve_refuses_a_config_that_turns_code_mode_off() {
     assert!(out.stdout.is_empty(), "nothing on the MCP channel");
 }
 
+/// A gateway config with one server that never starts: it has a tool
+/// source (a config with none is refused), and the cells need none.
+const GHOST_SERVER: &str =
+    r#"{ mcpServers: { ghost: { command: "/nonexistent/codemode-test-server" } } }"#;
+
 #[test]
 fn serve_addresses_take_localhost_and_a_taken_port_is_named_once() {
-    let config = ("serve.json5", "{ mcpServers: {} }");
+    let config = ("serve.json5", GHOST_SERVER);
     let out = codemode_on(
         &["serve", "--http", "localhost:nope", "--config"],
         config,
@@ -536,13 +549,11 @@ fn typescript_cells_run_with_language_typescript() {
 
 #[test]
 fn serve_exits_on_sigterm_even_while_the_client_says_nothing() {
-    let config = write_temp("idle.json5", "{ mcpServers: {} }");
+    let config = write_temp("idle.json5", GHOST_SERVER);
     let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
         // Data (the default run store) of this test process, not the user's.
-        .env(
-            "CODEMODE_DATA_DIR",
-            std::env::temp_dir().join(format!("codemode-test-data-{}", std::process::id())),
-        )
+        .env("CODEMODE_DATA_DIR", common::data_dir())
+        .env("CODEMODE_LOG", "error")
         .args(["serve", "--config", config.to_str().unwrap()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -568,4 +579,356 @@ fn serve_exits_on_sigterm_even_while_the_client_says_nothing() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
+}
+
+/// A temp file `name` holding `text`, as a path string.
+fn temp_path(name: &str, text: &str) -> String {
+    write_temp(name, text).to_str().unwrap().to_owned()
+}
+
+/// `codemode exec` runs the config's `hooks.beforeToolCall` as `serve`
+/// does: the hook blocks one tool, lets the others (and the exec) through,
+/// and sees the agent the session runs as.
+#[test]
+fn exec_runs_the_configured_hook() {
+    let seen = std::env::temp_dir().join(format!("codemode-hook-seen-{}", std::process::id()));
+    let hook = format!(
+        r#"input=$(cat); printf '%s\n' "$input" >> '{}'; case "$input" in *plugin:billing:charge*) echo '{{"decision":"block","reason":"blocked by the test hook"}}';; *) echo '{{"decision":"allow"}}';; esac"#,
+        seen.display()
+    );
+    let config = serde_json::json!({
+        "hooks": { "beforeToolCall": { "command": ["sh", "-c", hook] } },
+        "agents": { "list": [{ "id": "ops" }] },
+    })
+    .to_string();
+    let config = temp_path("hook.json5", &config);
+    let tools = tools_file();
+    let r = first_result_exit_zero(
+        &[
+            "exec",
+            "--config",
+            &config,
+            "--agent",
+            "ops",
+            "--tools",
+            tools.to_str().unwrap(),
+        ],
+        "const f = await tools.forecast({});\nlet err; try { await tools.charge({}); } catch (e) { err = [e.code, e.message]; }\nreturn { sky: f.sky, err };",
+    );
+    assert_eq!(r["value"]["sky"], "clear", "{r}");
+    assert_eq!(r["value"]["err"][0], "approval_denied", "{r}");
+    assert!(
+        r["value"]["err"][1]
+            .as_str()
+            .unwrap()
+            .contains("blocked by the test hook"),
+        "{r}"
+    );
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    assert!(seen.contains("\"toolKind\":\"code_mode_exec\""), "{seen}");
+    assert!(seen.contains("\"agentId\":\"ops\""), "{seen}");
+}
+
+/// `results.handleBytes` applies under `exec`: a nested result larger
+/// than it reaches the cell as a handle.
+#[test]
+fn exec_applies_result_handles() {
+    let big = "x".repeat(5000);
+    let tools = temp_path(
+        "big-tools.json5",
+        &format!(
+            r#"{{ tools: [{{ source: "plugin", owner: "docs", name: "big", result: {{ text: "{big}" }} }}] }}"#
+        ),
+    );
+    let cell = "const r = await tools.big({});\nreturn { handle: typeof r.text === 'function', bytes: r.bytes, head: typeof r.text === 'function' ? await r.text(0, 3) : null };";
+    let config = temp_path("handles.json5", "{ results: { handleBytes: 1024 } }");
+    let r = first_result_exit_zero(&["exec", "--config", &config, "--tools", &tools], cell);
+    assert_eq!(r["value"]["handle"], true, "{r}");
+    assert!(r["value"]["bytes"].as_u64().unwrap() > 5000, "{r}");
+    // The nested result's JSON text starts as the tool's JSON does.
+    assert!(r["value"]["head"].is_string(), "{r}");
+    let r = first_result_exit_zero(&["exec", "--tools", &tools], cell);
+    assert_eq!(r["value"]["handle"], false, "the default is 1 MiB: {r}");
+}
+
+/// A call that needs approval has no one to ask under `exec`: refused
+/// with a message saying how to let it run; `--follow --approve` approves.
+#[test]
+fn exec_refuses_approvals_unless_follow_approve() {
+    let tools = temp_path(
+        "approve-tools.json5",
+        r#"{ tools: [{ source: "plugin", owner: "ops", name: "deploy", result: "deployed", needsApproval: true }] }"#,
+    );
+    let cell = "try { return await tools.deploy({}); } catch (e) { return [e.code, e.message]; }";
+    let r = first_result_exit_zero(&["exec", "--tools", &tools], cell);
+    assert_eq!(r["value"][0], "approval_denied", "{r}");
+    let message = r["value"][1].as_str().unwrap();
+    assert!(
+        message.contains("approval required: calls of plugin:ops:deploy")
+            && message.contains("--follow --approve"),
+        "{message}"
+    );
+    let out = codemode(&["exec", "--tools", &tools, "--follow", "--approve"], cell);
+    let r = results(&out);
+    assert_eq!(r[0]["status"], "waiting", "{r:?}");
+    assert_eq!(r[0]["reason"], "approval", "{r:?}");
+    assert_eq!(r.last().unwrap()["value"], "deployed", "{r:?}");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// The debug switches log under `exec` as under `serve`: the session's
+/// surface and the checked tool list.
+#[test]
+fn debug_switches_log_under_exec() {
+    let out = codemode_with(
+        &["exec"],
+        "return 1",
+        &[
+            ("OPENCLAW_DEBUG_CODE_MODE", "1"),
+            ("OPENCLAW_DEBUG_MODEL_PAYLOAD", "tools"),
+        ],
+    );
+    assert_stderr(
+        &out,
+        0,
+        &[
+            "code mode active for a local session",
+            "visible=[\"exec\", \"wait\"]",
+            "model-visible tools",
+        ],
+    );
+    let out = codemode(&["exec"], "return 1");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("codemode::debug"),
+        "off by default"
+    );
+}
+
+/// A run one `codemode exec` process leaves waiting in the default file
+/// store is resumed by `codemode wait` in later processes, against a real
+/// MCP server over stdio: a finished call's result is delivered, a call
+/// the first process was still running is `interrupted` (never re-run).
+#[test]
+fn a_later_process_resumes_a_waiting_run_with_codemode_wait() {
+    let e2e = common::ensure_npm_installed();
+    let log = std::env::temp_dir().join(format!("codemode-slow-log-{}", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let config = serde_json::json!({
+        "tools": { "codeMode": { "enabled": true, "timeoutMs": 1500 } },
+        "mcpServers": { "slow": {
+            "command": "node",
+            "args": [e2e.join("servers/slow.mjs")],
+            "env": { "SLOW_LOG": log },
+        } },
+    })
+    .to_string();
+    let config = temp_path("slow.json5", &config);
+    // Its own data directory: the default store file is this test's alone.
+    let data = std::env::temp_dir().join(format!("codemode-wait-data-{}", std::process::id()));
+    let data = data.to_str().unwrap();
+    let env = [("CODEMODE_DATA_DIR", data)];
+    let run = |args: &[&str], stdin: &str| {
+        let out = codemode_with(args, stdin, &env);
+        let r = results(&out);
+        assert_eq!(
+            r.len(),
+            1,
+            "{r:?}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), r[0].clone())
+    };
+    let (code, r) = run(
+        &["exec", "--config", &config],
+        "const a = await MCP.slow.sleep({ ms: 10, tag: 'a' });\nawait yield_control('one');\nawait yield_control('two');\nreturn JSON.stringify(a);",
+    );
+    assert_eq!(
+        (code, r["status"].as_str()),
+        (Some(0), Some("waiting")),
+        "{r}"
+    );
+    let id = r["runId"].as_str().unwrap().to_owned();
+    // Another process: the run goes on and waits again.
+    let (code, r) = run(&["wait", &id, "--config", &config], "");
+    assert_eq!(
+        (code, r["status"].as_str()),
+        (Some(0), Some("waiting")),
+        "{r}"
+    );
+    assert_eq!(r["runId"], id.as_str());
+    // A third, following it to the end.
+    let (code, r) = run(&["wait", &id, "--config", &config, "--follow"], "");
+    assert_eq!(
+        (code, r["status"].as_str()),
+        (Some(0), Some("completed")),
+        "{r}"
+    );
+    assert!(r["value"].as_str().unwrap().contains("slept a"), "{r}");
+    // Finished: nothing is left to resume.
+    let (code, r) = run(&["wait", &id, "--config", &config], "");
+    assert_eq!(
+        (code, r["code"].as_str()),
+        (Some(1), Some("invalid_input")),
+        "{r}"
+    );
+
+    // A call still running when exec's process ends is interrupted.
+    let (_, r) = run(
+        &["exec", "--config", &config],
+        "try { return await MCP.slow.sleep({ ms: 20000, tag: 'b' }); } catch (e) { return e.code; }",
+    );
+    assert_eq!(r["status"], "waiting", "{r}");
+    let id = r["runId"].as_str().unwrap().to_owned();
+    let (code, r) = run(&["wait", &id, "--config", &config], "");
+    assert_eq!(
+        (code, &r["value"]),
+        (Some(0), &serde_json::json!("interrupted")),
+        "{r}"
+    );
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(log.matches("start b").count(), 1, "never run twice: {log}");
+    // Another agent's session is another owner: it cannot take the run.
+    let agents = temp_path(
+        "slow-agents.json5",
+        &std::fs::read_to_string(&config).unwrap().replacen(
+            '{',
+            r#"{ "agents": { "list": [{ "id": "ops" }] }, "#,
+            1,
+        ),
+    );
+    let (_, r) = run(
+        &["exec", "--config", &agents],
+        "await yield_control('x'); return 1",
+    );
+    let id = r["runId"].as_str().unwrap().to_owned();
+    let (code, r) = run(&["wait", &id, "--config", &agents, "--agent", "ops"], "");
+    assert_eq!(code, Some(1), "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("belongs to another owner"),
+        "{r}"
+    );
+    let (code, r) = run(&["wait", &id, "--config", &agents], "");
+    assert_eq!((code, &r["value"]), (Some(0), &serde_json::json!(1)), "{r}");
+}
+
+/// `--agent ID` selects `agents.list[]`'s block merged over the global
+/// one, for `exec`, `serve` and `check-config`; an unknown id names the
+/// ones that exist, and an agent's `codeMode: false` keeps its meaning
+/// (`serve` refuses it).
+#[test]
+fn agents_select_their_code_mode_block() {
+    let config = temp_path(
+        "agents.json5",
+        r#"{
+          tools: { codeMode: { enabled: true, timeoutMs: 20000 } },
+          agents: { list: [
+            { id: "quick", model: "m", tools: { codeMode: { timeoutMs: 200 } } },
+            { id: "chat", tools: { codeMode: false } },
+          ] },
+          mcpServers: { ghost: { command: "/nonexistent/codemode-test-server" } },
+        }"#,
+    );
+    let out = codemode(
+        &["exec", "--config", &config, "--agent", "quick"],
+        "while (true) {}",
+    );
+    assert_eq!(results(&out)[0]["code"], "timeout");
+    assert!(
+        results(&out)[0]["telemetry"]["durationMs"]
+            .as_f64()
+            .unwrap()
+            < 10_000.0,
+        "the agent's 200 ms, not the global 20 s"
+    );
+    // An unknown agent: invalid_config naming the agents there are.
+    let out = codemode(
+        &["exec", "--config", &config, "--agent", "quik"],
+        "return 1",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let error = results(&out)[0]["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains(
+            "no agent \"quik\" (did you mean \"quick\"?); the agents are: \"quick\", \"chat\""
+        ),
+        "{error}"
+    );
+    let out = codemode(&["serve", "--config", &config, "--agent", "nobody"], "");
+    assert_stderr(&out, 2, &["no agent \"nobody\"", "\"quick\", \"chat\""]);
+    let out = codemode(&["serve", "--config", &config, "--agent", "chat"], "");
+    assert_stderr(&out, 2, &["code mode is disabled for agent \"chat\""]);
+    assert!(out.stdout.is_empty());
+
+    let out = codemode(
+        &["check-config", "--offline", "--agent", "quick", &config],
+        "",
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("ok (1 MCP server, as agent \"quick\")"),
+        "{report}"
+    );
+    assert!(
+        report.contains("agents.list[0].model: unknown field"),
+        "{report}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let out = codemode(
+        &["check-config", "--offline", "--agent", "chat", &config],
+        "",
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("note: code mode is off"), "{report}");
+    let out = codemode(
+        &["check-config", "--offline", "--agent", "nobody", &config],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("agents.list: no agent \"nobody\""),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The reference's activation: a run without tools gets no code-mode
+/// surface. A config that gives the gateway no tool at all is refused by
+/// `serve`, saying why; `check-config` notes it.
+#[test]
+fn serve_refuses_a_config_with_no_tools() {
+    for (config, why) in [
+        ("{ mcpServers: {} }", "no MCP server is configured"),
+        (
+            r#"{ mcpServers: { fs: { command: "fs", disabled: true } } }"#,
+            "no MCP server is configured",
+        ),
+        (
+            r#"{ tools: { allow: [] }, mcpServers: { fs: { command: "fs" } } }"#,
+            "the tool policy lets no tool through",
+        ),
+        (
+            r#"{ mcpServers: { fs: { command: "fs", allowTools: [] }, db: { command: "db", denyTools: ["*"] } } }"#,
+            "every server's allowTools is empty",
+        ),
+    ] {
+        let out = codemode_on(&["serve", "--config"], ("no-tools.json5", config), "");
+        assert_stderr(
+            &out,
+            2,
+            &["gives code mode no tools", why, "nothing to serve"],
+        );
+        assert!(out.stdout.is_empty(), "nothing on the MCP channel");
+        let (code, report) = check_config("no-tools.json5", config);
+        assert!(report.contains("note: no tools for code mode"), "{report}");
+        assert_eq!(code, Some(0), "the file itself is fine: {report}");
+    }
+    let out = codemode_on(
+        &["serve", "--deny", "*", "--config"],
+        ("deny-all.json5", GHOST_SERVER),
+        "",
+    );
+    assert_stderr(&out, 2, &["the tool policy lets no tool through"]);
 }

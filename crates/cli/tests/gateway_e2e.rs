@@ -304,6 +304,7 @@ fn tool_policy_removes_tools_from_every_view_of_the_catalog() {
 fn exec_cell(config: &str, cell: &str) -> serde_json::Value {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
         .args(["exec", "--config", config, "-"])
+        .env("CODEMODE_DATA_DIR", common::data_dir())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

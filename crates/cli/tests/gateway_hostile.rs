@@ -29,7 +29,9 @@ impl Gateway {
         ));
         std::fs::write(
             &config,
-            "{ tools: { codeMode: { enabled: true, timeoutMs: 60000 } }, mcpServers: {} }",
+            // A server that never starts: a config with no tool source is
+            // refused, and these cells need none.
+            r#"{ tools: { codeMode: { enabled: true, timeoutMs: 60000 } }, mcpServers: { ghost: { command: "/nonexistent/codemode-test-server" } } }"#,
         )
         .unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
@@ -39,7 +41,7 @@ impl Gateway {
                 std::env::temp_dir().join(format!("codemode-test-data-{}", std::process::id())),
             )
             .args(["serve", "--config", config.to_str().unwrap()])
-            .env("CODEMODE_LOG", "warn")
+            .env("CODEMODE_LOG", "error")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -267,7 +269,11 @@ fn start_http_gateway(extra: &[&str]) -> (std::process::Child, String) {
         std::process::id(),
         codemode_sandbox_nonce()
     ));
-    std::fs::write(&config, "{ mcpServers: {} }").unwrap();
+    std::fs::write(
+        &config,
+        r#"{ mcpServers: { ghost: { command: "/nonexistent/codemode-test-server" } } }"#,
+    )
+    .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
         // Data (the default run store) of this test process, not the user's.
         .env(

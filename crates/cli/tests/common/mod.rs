@@ -9,6 +9,12 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The data directory (the default run store's `runs.db`) of this test
+/// process's `codemode` children, never the user's.
+pub fn data_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("codemode-test-data-{}", std::process::id()))
+}
+
 /// The `e2e/` folder.
 pub fn e2e_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../e2e")

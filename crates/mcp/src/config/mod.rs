@@ -19,9 +19,11 @@
 
 //!
 //! One file per section: [`servers`] (`mcpServers`), [`auth`], [`control`]
-//! (`approvals`, `hooks`), [`results`] (`results`, `store`); the typed
-//! field reader in [`reader`] over the runtime's one config reader.
+//! (`approvals`, `hooks`), [`results`] (`results`, `store`), [`agents`]
+//! (`agents.list[]`); the typed field reader in [`reader`] over the
+//! runtime's one config reader.
 
+mod agents;
 mod auth;
 mod control;
 mod reader;
@@ -38,6 +40,7 @@ use codemode_runtime::config_reader::{Section, Strictness, join};
 use codemode_runtime::{CodeModeConfig, ConfigError, Diagnostic, ToolPolicy, ToolSource};
 use serde_json::Value;
 
+use crate::config::agents::{parse_agents, unknown_agent};
 use crate::config::auth::parse_auth;
 use crate::config::control::{parse_approvals, parse_hooks};
 use crate::config::reader::{Fields, error, expand, section};
@@ -47,11 +50,15 @@ use crate::config::servers::parse_server;
 /// A whole gateway config (the default: no file).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatewayConfig {
-    /// The effective `tools.codeMode`.
+    /// The effective `tools.codeMode`: the global block, with the selected
+    /// agent's `agents.list[].tools.codeMode` merged over it key by key.
     pub code_mode: CodeModeConfig,
-    /// Whether the file said anything about `tools.codeMode` (absent means
-    /// the gateway turns code mode on: that is its job).
+    /// Whether the file said anything about `tools.codeMode` (the global
+    /// block, or the selected agent's; absent means the gateway turns code
+    /// mode on: that is its job).
     pub code_mode_given: bool,
+    /// The agent selected from `agents.list` (`--agent ID`), if any.
+    pub agent: Option<String>,
     /// Enabled upstream servers, by name.
     pub servers: Vec<McpServerConfig>,
     /// `tools.allow` / `tools.deny`: globs over catalog names or ids
@@ -78,6 +85,7 @@ impl Default for GatewayConfig {
         GatewayConfig {
             code_mode: CodeModeConfig::default(),
             code_mode_given: false,
+            agent: None,
             servers: Vec::new(),
             policy: ToolPolicy::default(),
             approvals: DEFAULT_APPROVAL_MODE,
@@ -142,13 +150,15 @@ const ROOT: Section = section(
         "auth",
         "results",
         "store",
+        "agents",
     ],
     Strictness::Ordinary,
 );
 // `tools` also holds the agent runtime's other settings in reference configs.
 const TOOLS: Section = section(&["codeMode", "allow", "deny"], Strictness::Ordinary);
 
-/// Reads a config, resolving `${NAME}` from `env`.
+/// Reads a config, resolving `${NAME}` from `env`; its `tools.codeMode` is
+/// the global block (see [`parse_config_for_agent`]).
 ///
 /// # Errors
 /// [`ConfigProblems`] with every problem found; diagnostics (clamps,
@@ -156,6 +166,22 @@ const TOOLS: Section = section(&["codeMode", "allow", "deny"], Strictness::Ordin
 pub fn parse_config(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(GatewayConfig, Vec<Diagnostic>), ConfigProblems> {
+    parse_config_for_agent(text, env, None)
+}
+
+/// [`parse_config`] for agent `agent` of `agents.list` (`--agent ID`): its
+/// `tools.codeMode` block merged over the global one, key by key (`true`
+/// and `false` count as `{ enabled: ... }`). Every agent's block is
+/// checked whichever is selected.
+///
+/// # Errors
+/// As [`parse_config`]; an `agent` that `agents.list` does not hold is a
+/// problem at `agents.list` naming the ids it does hold.
+pub fn parse_config_for_agent(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    agent: Option<&str>,
 ) -> Result<(GatewayConfig, Vec<Diagnostic>), ConfigProblems> {
     let root: Value = json5::from_str(text).map_err(|e| ConfigProblems {
         errors: vec![ConfigError {
@@ -179,6 +205,7 @@ pub fn parse_config(
     let mut result_form = ResultForm::default();
     let mut result_handle_bytes = None;
     let mut store = None;
+    let mut agents = Vec::new();
     for (key, value) in object {
         match key.as_str() {
             "tools" => match value {
@@ -222,10 +249,33 @@ pub fn parse_config(
                     "expected a string: \"memory\", \"file:PATH\" or \"redis://HOST:PORT/DB\"",
                 )),
             },
+            "agents" => agents = parse_agents(value, &mut errors, &mut diagnostics),
             _ => {}
         }
     }
     ROOT.check("", object, &mut errors, &mut diagnostics);
+    if let Some(id) = agent {
+        match agents.iter().find(|a| a.id == id) {
+            None => errors.push(unknown_agent(id, &agents)),
+            Some(entry) => {
+                // Each block was checked on its own above; what only the
+                // merge makes (a clamp across blocks) is added here.
+                let (merged, d, e) = CodeModeConfig::check_document(&root, Some(id));
+                code_mode = merged;
+                code_mode_given |= entry.has_code_mode;
+                for d in d {
+                    if !diagnostics.contains(&d) {
+                        diagnostics.push(d);
+                    }
+                }
+                for e in e {
+                    if !errors.contains(&e) {
+                        errors.push(e);
+                    }
+                }
+            }
+        }
+    }
     let mut servers = Vec::new();
     match object.get("mcpServers") {
         None => {}
@@ -249,6 +299,7 @@ pub fn parse_config(
             GatewayConfig {
                 code_mode,
                 code_mode_given,
+                agent: agent.map(str::to_owned),
                 servers,
                 policy,
                 approvals,

@@ -25,6 +25,7 @@ mod admission;
 mod http_server;
 mod input_required;
 mod listeners;
+pub mod local;
 mod session;
 mod stdio;
 

@@ -266,7 +266,17 @@ impl CodeModeConfig {
     /// config (fields in error keep their defaults), the diagnostics, and
     /// all errors in field order.
     pub fn check_value(value: &Value) -> (CodeModeConfig, Vec<Diagnostic>, Vec<ConfigError>) {
-        check_layers(&[(PREFIX.to_owned(), value)])
+        CodeModeConfig::check_block(value, PREFIX)
+    }
+
+    /// [`CodeModeConfig::check_value`] for a block found at `path` (an
+    /// agent's `agents.list[2].tools.codeMode`): its problems are named
+    /// by that path.
+    pub fn check_block(
+        value: &Value,
+        path: &str,
+    ) -> (CodeModeConfig, Vec<Diagnostic>, Vec<ConfigError>) {
+        check_layers(&[(path.to_owned(), value)])
     }
 
     fn field_mut(&mut self, name: &str) -> &mut u64 {

@@ -116,6 +116,12 @@ pub fn check_keys(
     .check(path, object, errors, diagnostics);
 }
 
+/// The word of `known` that `word` most likely misspells, by the rule
+/// every did-you-mean uses (config keys, agent ids, tool names).
+pub fn closest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    crate::suggest::closest(word, known)
+}
+
 /// The diagnostic for unknown key `key` of an ordinary section, naming
 /// the key of `known` it most likely misspells.
 pub fn unknown_key(key: &str, known: &[&str]) -> String {

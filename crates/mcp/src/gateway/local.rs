@@ -1,0 +1,103 @@
+//! A session of the gateway with no transport, for `codemode exec` and
+//! `codemode wait`: cells run with what `serve` gives each MCP client
+//! session — the same runtime (run store, result handles), upstream
+//! servers, `hooks.beforeToolCall`, debug logs and fail-closed surface
+//! check — and with the caller's tools, approvals and owner.
+
+use std::sync::Arc;
+
+use codemode_runtime::{
+    Approver, Catalog, CodeModeSession, PayloadError, PayloadShape, RunContext, ToolExecutor,
+    ToolHooks,
+};
+
+use super::Gateway;
+
+/// What a [`Gateway::local_session`] runs with besides the gateway's own.
+pub struct LocalSession {
+    /// Who runs it: hooks see its `agentId` and `sessionId`.
+    pub context: RunContext,
+    /// Its catalog and executor; `None`: the upstream servers' (as a
+    /// client session of `serve` has them).
+    pub tools: Option<(Catalog, Arc<dyn ToolExecutor>)>,
+    /// Who decides calls that need approval; `None`: they wait for
+    /// [`CodeModeSession::approve`] / [`CodeModeSession::deny`] (or the
+    /// operator endpoint).
+    pub approver: Option<Arc<dyn Approver>>,
+    /// Who its runs belong to beyond this session: with a durable store,
+    /// any session (in any process) bound to the same owner may resume
+    /// them. `None`: this session's scope alone.
+    pub owner: Option<String>,
+}
+
+impl Gateway {
+    /// A code-mode session with the gateway's runtime, hooks and
+    /// upstreams, for a caller that is not an MCP client (`codemode exec`
+    /// and `codemode wait`). Wait for [`Gateway::wait_ready`] first when
+    /// the upstreams' tools should be in its catalog.
+    ///
+    /// Its model surface is checked as `serve` checks each `tools/list`
+    /// (exactly `exec` and `wait`, with the debug switches'
+    /// `OPENCLAW_DEBUG_*` logs).
+    ///
+    /// # Errors
+    /// [`PayloadError`] when that surface is not exactly `exec` and
+    /// `wait` (code mode fails closed).
+    pub fn local_session(&self, local: LocalSession) -> Result<CodeModeSession, PayloadError> {
+        let LocalSession {
+            context,
+            tools,
+            approver,
+            owner,
+        } = local;
+        let (catalog, executor) = match tools {
+            Some((catalog, executor)) => (Arc::new(catalog), executor),
+            None => (
+                self.shared.upstreams.catalog(),
+                self.shared.upstreams.executor(),
+            ),
+        };
+        let id = context.session_id.clone().unwrap_or_default();
+        let mut session = self.shared.runtime.session(context, catalog, executor);
+        if let Some(approver) = approver {
+            session = session.with_approver(approver);
+        }
+        if let Some(hook) = &self.shared.hook {
+            session = session.with_hooks(Arc::clone(hook) as Arc<dyn ToolHooks>);
+        }
+        if let Some(owner) = owner {
+            let bound = codemode_runtime::RuntimeOptions::default().max_suspended_runs;
+            session.bind_owner(&owner, bound);
+        }
+        if codemode_runtime::debug::DebugSwitches::current().code_mode {
+            let catalog = session.catalog();
+            tracing::info!(
+                target: "codemode::debug",
+                session = %id,
+                visible = ?["exec", "wait"],
+                catalog = catalog.len(),
+                by_source = ?catalog.count_by_source(),
+                mcp_servers = catalog.mcp().servers().len(),
+                "code mode active for a local session"
+            );
+        }
+        // The tools/list this session would answer over MCP, checked as
+        // serve checks it (this also feeds OPENCLAW_DEBUG_MODEL_*).
+        let tools: Vec<serde_json::Value> = session
+            .model_tools()
+            .into_iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name,
+                    "description": t.description,
+                    "inputSchema": t.input_schema,
+                })
+            })
+            .collect();
+        session.surface().check_payload(
+            PayloadShape::McpToolsList,
+            &serde_json::json!({ "tools": tools }),
+        )?;
+        Ok(session)
+    }
+}
