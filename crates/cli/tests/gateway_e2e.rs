@@ -40,7 +40,7 @@ fn typescript_mcp_client_against_the_gateway_over_stdio_and_http() {
 #[test]
 fn typescript_mcp_client_meets_approvals_and_hooks() {
     let out = node_suite("control.test.mjs");
-    assert!(out.contains("ℹ pass 13"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 15"), "every scenario ran: {out}");
 }
 
 /// Production HTTP (`e2e/auth.test.mjs`): bearer tokens (missing, wrong,

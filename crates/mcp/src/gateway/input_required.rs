@@ -220,12 +220,11 @@ impl Earlier {
     }
 }
 
-/// The questions for `result` when it waits only for approvals; any other
-/// result is given back.
+/// The questions for `result` when it waits only for approvals.
 pub(super) fn questions(
     session: &CodeModeSession,
-    result: CodeModeResult,
-) -> Result<InputRequiredResult, CodeModeResult> {
+    result: &CodeModeResult,
+) -> Option<InputRequiredResult> {
     let CodeModeResult::Waiting {
         run_id,
         reason: WaitReason::Approval,
@@ -233,16 +232,14 @@ pub(super) fn questions(
         output,
         receipts,
         ..
-    } = &result
+    } = result
     else {
-        return Err(result);
+        return None;
     };
     let catalog = session.catalog();
     let mut requests = InputRequests::new();
     for call in pending_tool_calls.iter().filter(|c| c.awaiting_approval) {
-        let Some(entry) = catalog.get(&call.tool_id) else {
-            return Err(result);
-        };
+        let entry = catalog.get(&call.tool_id)?;
         let summary = call.input_summary.as_deref().unwrap_or("(not shown)");
         match crate::approvals::question(entry, summary, false) {
             Ok(params) => {
@@ -253,12 +250,12 @@ pub(super) fn questions(
             }
             Err(e) => {
                 debug!(error = %e, "approval question could not be built");
-                return Err(result);
+                return None;
             }
         }
     }
     if requests.is_empty() {
-        return Err(result);
+        return None;
     }
     let state = Earlier {
         run_id: run_id.clone(),
@@ -266,10 +263,10 @@ pub(super) fn questions(
         receipts: receipts.clone(),
     };
     let Ok(state) = serde_json::to_string(&state) else {
-        return Err(result);
+        return None;
     };
     info!(run = %run_id, calls = requests.len(), "approval asked in the result (input_required)");
-    Ok(InputRequiredResult::new(
+    Some(InputRequiredResult::new(
         Some(requests),
         Some(format!("{STATE_PREFIX}{state}")),
     ))

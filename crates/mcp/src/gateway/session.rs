@@ -435,9 +435,9 @@ impl GatewaySession {
         match conversation.next(&self.shared.parked).await {
             input_required::Turn::Ask(asked) => Err(asked),
             input_required::Turn::Done(result) => {
-                match input_required::questions(&self.session, result) {
-                    Ok(asked) => Err(asked),
-                    Err(result) => Ok(result),
+                match input_required::questions(&self.session, &result) {
+                    Some(asked) => Err(asked),
+                    None => Ok(result),
                 }
             }
         }

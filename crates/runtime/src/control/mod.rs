@@ -800,6 +800,7 @@ mod tests {
         let guard = registry.insert(Pending {
             gate: GateState::new(),
             scope: scope.clone(),
+            owner_key: Arc::from("principal:alice"),
             run: Arc::clone(&run),
             call_id: "exec_1.1".into(),
             tool_id: "client:x:y".into(),
@@ -838,5 +839,47 @@ mod tests {
         );
         drop(guard);
         assert!(registry.list(None).is_empty());
+    }
+
+    /// A stateless client answers in a later request, from a new scope:
+    /// only the run's owner, or anyone for a run resumable by its id.
+    #[test]
+    fn a_resumer_decides_only_runs_it_may_resume() {
+        let registry = Arc::new(ApprovalRegistry::default());
+        let pending = |owner: &str, run: &str| {
+            let tag: RunTag = Arc::new(OnceLock::new());
+            tag.set(run.into()).unwrap();
+            let (decide, decided) = tokio::sync::oneshot::channel();
+            let guard = registry.insert(Pending {
+                gate: GateState::new(),
+                scope: Scope::of(&RunContext::default()),
+                owner_key: Arc::from(owner),
+                run: tag,
+                call_id: "c.1".into(),
+                tool_id: "mcp:s:t".into(),
+                reason: String::new(),
+                summary: "{}".into(),
+                context: Arc::new(RunContext::default()),
+                decide,
+            });
+            (guard, decided)
+        };
+        let (_alice, mut alices) = pending("principal:alice", "run_a");
+        let (_anyone, mut anyones) = pending(codemode_store::ANY_OWNER, "run_b");
+        let approve = || ApprovalDecision::Approve;
+        assert!(
+            registry
+                .decide_as_resumer("principal:bob", "run_a", "c.1", approve())
+                .is_err(),
+            "bob cannot decide alice's call"
+        );
+        registry
+            .decide_as_resumer("principal:alice", "run_a", "c.1", approve())
+            .unwrap();
+        assert_eq!(alices.try_recv().unwrap(), ApprovalDecision::Approve);
+        registry
+            .decide_as_resumer("principal:bob", "run_b", "c.1", approve())
+            .unwrap();
+        assert_eq!(anyones.try_recv().unwrap(), ApprovalDecision::Approve);
     }
 }
