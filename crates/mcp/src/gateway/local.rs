@@ -69,18 +69,7 @@ impl Gateway {
             let bound = codemode_runtime::RuntimeOptions::default().max_suspended_runs;
             session.bind_owner(&owner, bound);
         }
-        if codemode_runtime::debug::DebugSwitches::current().code_mode {
-            let catalog = session.catalog();
-            tracing::info!(
-                target: "codemode::debug",
-                session = %id,
-                visible = ?["exec", "wait"],
-                catalog = catalog.len(),
-                by_source = ?catalog.count_by_source(),
-                mcp_servers = catalog.mcp().servers().len(),
-                "code mode active for a local session"
-            );
-        }
+        super::log_code_mode_active(&session, &id, "local");
         // The tools/list this session would answer over MCP, checked as
         // serve checks it (this also feeds OPENCLAW_DEBUG_MODEL_*).
         let tools: Vec<serde_json::Value> = session

@@ -258,17 +258,7 @@ impl Gateway {
             .clients()
             .register(&id, Arc::clone(&peer));
         info!(session = %id, "MCP client session started");
-        if codemode_runtime::debug::DebugSwitches::current().code_mode {
-            let catalog = session.catalog();
-            tracing::info!(
-                target: "codemode::debug",
-                session = %id,
-                visible = ?["exec", "wait"],
-                catalog = catalog.len(),
-                mcp_servers = catalog.mcp().servers().len(),
-                "code mode active for a client session"
-            );
-        }
+        log_code_mode_active(&session, &id, "client");
         self.shared.open_sessions.fetch_add(1, Ordering::SeqCst);
         GatewaySession {
             shared: Arc::clone(&self.shared),
@@ -298,6 +288,23 @@ impl Gateway {
         self.shared.shutdown.cancel();
         self.shared.runtime.shutdown();
         self.shared.upstreams.shutdown();
+    }
+}
+
+/// `OPENCLAW_DEBUG_CODE_MODE`: what a new session (`kind`: a client's, or
+/// the local one of `codemode exec`) sees.
+fn log_code_mode_active(session: &codemode_runtime::CodeModeSession, id: &str, kind: &str) {
+    if codemode_runtime::debug::DebugSwitches::current().code_mode {
+        let catalog = session.catalog();
+        tracing::info!(
+            target: "codemode::debug",
+            session = %id,
+            visible = ?["exec", "wait"],
+            catalog = catalog.len(),
+            by_source = ?catalog.count_by_source(),
+            mcp_servers = catalog.mcp().servers().len(),
+            "code mode active for a {kind} session"
+        );
     }
 }
 
