@@ -86,6 +86,15 @@ enum Work {
 }
 
 impl Work {
+    /// The cell language a refused result reports (a wait's run is not
+    /// read yet, so `javascript`, as documented).
+    fn language(&self) -> &'static str {
+        match self {
+            Work::Exec { language, .. } => language,
+            Work::Wait { .. } => "javascript",
+        }
+    }
+
     fn command(&self) -> &'static str {
         match self {
             Work::Exec { .. } => "codemode exec",
@@ -132,6 +141,7 @@ pub(crate) fn wait(args: WaitArgs) -> Result<ExitCode> {
 fn load(
     path: Option<&Path>,
     agent: Option<&str>,
+    language: &str,
 ) -> std::result::Result<GatewayConfig, Result<ExitCode>> {
     let Some(path) = path else {
         return Ok(GatewayConfig::default());
@@ -148,7 +158,7 @@ fn load(
             let failed = CodeModeResult::failure(
                 codemode_runtime::ErrorCode::InvalidConfig,
                 format!("config {}: {problems}", path.display()),
-                codemode_runtime::Telemetry::default(),
+                codemode_runtime::Telemetry::refused(language),
             );
             Err(print_result(&failed).map(|()| ExitCode::from(1)))
         }
@@ -165,7 +175,7 @@ fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
         follow,
         approve,
     } = args;
-    let mut config = match load(config.as_deref(), agent.as_deref()) {
+    let mut config = match load(config.as_deref(), agent.as_deref(), work.language()) {
         Ok(config) => config,
         Err(exit) => return exit,
     };
@@ -192,7 +202,7 @@ fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
     let owner = cli_owner(config.agent.as_deref());
     let tokio = tokio_runtime()?;
     let ran = tokio.block_on(async move {
-        let gateway = match start(config, options, default_store)? {
+        let gateway = match start(config, options, default_store, work.language())? {
             Ok(gateway) => gateway,
             Err(failed) => {
                 print_result(&failed)?;
@@ -296,6 +306,7 @@ fn start(
     config: GatewayConfig,
     options: GatewayOptions,
     default_store: bool,
+    language: &str,
 ) -> Result<std::result::Result<Gateway, CodeModeResult>> {
     let started = match Gateway::start(config.clone(), options.clone()) {
         Err(GatewayError::Store(reason)) if default_store => {
@@ -321,7 +332,7 @@ fn start(
         Err(GatewayError::Runtime(e)) => Ok(Err(CodeModeResult::failure(
             codemode_runtime::ErrorCode::RuntimeUnavailable,
             e.to_string(),
-            codemode_runtime::Telemetry::default(),
+            codemode_runtime::Telemetry::refused(language),
         ))),
         Err(e) => Err(e.into()),
     }

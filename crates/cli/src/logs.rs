@@ -96,11 +96,17 @@ pub(crate) fn otel_tracer() -> Result<
         Ok("http/json") => opentelemetry_otlp::Protocol::HttpJson,
         _ => opentelemetry_otlp::Protocol::HttpBinary,
     };
+    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
+        .unwrap_or_default();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(protocol)
         .build()
         .context("building the OTLP span exporter")?;
+    let exporter = ReportingExporter::new(exporter, endpoint);
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_resource(
@@ -114,4 +120,104 @@ pub(crate) fn otel_tracer() -> Result<
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
     Ok(Some((provider.tracer("codemode"), provider)))
+}
+
+/// An exporter that says when export fails: the SDK drops an export
+/// error silently, so a wrong endpoint or a receiver that is down would
+/// lose every span unseen. The first failure is logged at `warn`, then at
+/// most one line a minute (with the count since), and recovery once.
+#[derive(Debug)]
+struct ReportingExporter<E> {
+    inner: E,
+    endpoint: String,
+    failures: std::sync::Mutex<ExportFailures>,
+}
+
+#[derive(Debug, Default)]
+struct ExportFailures {
+    /// Failed exports not yet reported, and spans they held.
+    unreported: u64,
+    lost_spans: u64,
+    last_report: Option<std::time::Instant>,
+    failing: bool,
+}
+
+/// At most one failure line per this long.
+const EXPORT_REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl<E> ReportingExporter<E> {
+    fn new(inner: E, endpoint: String) -> Self {
+        ReportingExporter {
+            inner,
+            endpoint,
+            failures: std::sync::Mutex::new(ExportFailures::default()),
+        }
+    }
+
+    fn record(&self, spans: u64, result: &opentelemetry_sdk::error::OTelSdkResult) {
+        let Ok(mut failures) = self.failures.lock() else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                if failures.failing {
+                    *failures = ExportFailures::default();
+                    tracing::warn!(
+                        target: "codemode",
+                        endpoint = %self.endpoint,
+                        "OpenTelemetry export works again"
+                    );
+                }
+            }
+            Err(e) => {
+                failures.failing = true;
+                failures.unreported += 1;
+                failures.lost_spans += spans;
+                let due = failures
+                    .last_report
+                    .is_none_or(|at| at.elapsed() >= EXPORT_REPORT_EVERY);
+                if due {
+                    tracing::warn!(
+                        target: "codemode",
+                        endpoint = %self.endpoint,
+                        failed_exports = failures.unreported,
+                        lost_spans = failures.lost_spans,
+                        "OpenTelemetry export failed, spans are lost: {e} (check OTEL_EXPORTER_OTLP_ENDPOINT and that the receiver is up)"
+                    );
+                    failures.unreported = 0;
+                    failures.lost_spans = 0;
+                    failures.last_report = Some(std::time::Instant::now());
+                }
+            }
+        }
+    }
+}
+
+impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanExporter
+    for ReportingExporter<E>
+{
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let spans = batch.len() as u64;
+        let result = self.inner.export(batch).await;
+        self.record(spans, &result);
+        result
+    }
+
+    fn shutdown_with_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
 }

@@ -228,8 +228,11 @@ fn main() -> ExitCode {
     let traces = init_logs_and_traces(&filter, json_logs);
     let code = run_cli(cli);
     if let Some(provider) = traces {
-        // Spans still in the batch go out before the process ends.
-        let _ = provider.shutdown();
+        // Spans still in the batch go out before the process ends (an
+        // export that fails says so itself; see logs::ReportingExporter).
+        if let Err(e) = provider.shutdown() {
+            tracing::warn!(target: "codemode", "OpenTelemetry shutdown: {e}");
+        }
     }
     code
 }

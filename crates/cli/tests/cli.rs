@@ -195,6 +195,28 @@ fn bad_usage_exits_two() {
             .contains("tools.codeMode.timeoutMs"),
         "{result}"
     );
+    // Refused before the cell ran, the telemetry still says what the
+    // contract promises: the requested language and the model's two tools.
+    assert_eq!(result["telemetry"]["language"], "javascript", "{result}");
+    assert_eq!(
+        result["telemetry"]["visibleTools"],
+        serde_json::json!(["exec", "wait"]),
+        "{result}"
+    );
+    let out = codemode_on(
+        &["exec", "--language", "typescript", "--config"],
+        bad,
+        "return 1",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let result = &results(&out)[0];
+    assert_eq!(result["code"], "invalid_config");
+    assert_eq!(result["telemetry"]["language"], "typescript", "{result}");
+    assert_eq!(
+        result["telemetry"]["visibleTools"],
+        serde_json::json!(["exec", "wait"]),
+        "{result}"
+    );
 }
 
 #[test]
@@ -931,4 +953,30 @@ fn serve_refuses_a_config_with_no_tools() {
         "",
     );
     assert_stderr(&out, 2, &["the tool policy lets no tool through"]);
+}
+
+/// A receiver that is down loses the spans, and the operator is told so on
+/// stderr (the SDK alone drops export errors silently); the run itself is
+/// unaffected.
+#[test]
+fn a_failed_trace_export_is_logged() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let out = codemode_with(
+        &["exec"],
+        "return 1",
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(results(&out)[0]["status"], "completed");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("OpenTelemetry export failed") && stderr.contains(&endpoint),
+        "stderr: {stderr}"
+    );
 }

@@ -214,8 +214,10 @@ pub struct SnapshotEvent {
 }
 
 /// What a result reports about how it was produced. Never holds secrets or
-/// tool inputs.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// tool inputs. The default is what a result refused before anything ran
+/// reports: language `javascript`, visible tools `exec` and `wait`, no
+/// counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Telemetry {
     /// The cell language.
@@ -269,6 +271,40 @@ pub struct Telemetry {
     /// run ended).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cancelled_tool_calls: u32,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry {
+            language: "javascript".into(),
+            duration_ms: 0.0,
+            exec_count: 0,
+            wait_count: 0,
+            vm_memory_bytes: None,
+            output_bytes: 0,
+            limit_failure: None,
+            snapshot_events: Vec::new(),
+            visible_tools: vec!["exec".into(), "wait".into()],
+            catalog_size: 0,
+            catalog_by_source: Default::default(),
+            nested_search_count: 0,
+            nested_describe_count: 0,
+            nested_api_count: 0,
+            nested_call_count: 0,
+            nested_tool_ids: Vec::new(),
+            cancelled_tool_calls: 0,
+        }
+    }
+}
+
+impl Telemetry {
+    /// The telemetry of a result refused before a cell in `language` ran.
+    pub fn refused(language: &str) -> Self {
+        Telemetry {
+            language: language.into(),
+            ..Telemetry::default()
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

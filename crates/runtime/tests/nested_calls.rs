@@ -252,11 +252,15 @@ async fn the_executor_gets_the_run_context_parent_call_and_catalog_entry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn more_than_max_pending_calls_fail_with_too_many_pending_tool_calls() {
+async fn without_a_queue_more_than_max_pending_calls_fail_with_too_many_pending_tool_calls() {
     let gate = Arc::new(Semaphore::new(0));
     let executor = executor().with("client:app:gated", Behaviour::Gate(Arc::clone(&gate)));
-    // maxPendingToolCalls is 4 in the shared runtime.
-    let s = session(shared(), tools(), executor.clone());
+    // The reference's behaviour: maxQueuedToolCalls 0 fails at the cap.
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 1000, maxPendingToolCalls: 4, maxQueuedToolCalls: 0}}}",
+        RuntimeOptions::default(),
+    );
+    let s = session(&runtime, tools(), executor.clone());
     let release = {
         let gate = Arc::clone(&gate);
         tokio::spawn(async move {
@@ -294,7 +298,7 @@ async fn more_than_max_pending_calls_fail_with_too_many_pending_tool_calls() {
     // Uncaught, the same rejection fails the cell with that code.
     let gate2 = Arc::new(Semaphore::new(0));
     let s2 = session(
-        shared(),
+        &runtime,
         tools(),
         executor
             .clone()
@@ -307,6 +311,155 @@ async fn more_than_max_pending_calls_fail_with_too_many_pending_tool_calls() {
     .await;
     gate2.add_permits(100);
     assert_eq!(r["code"], "too_many_pending_tool_calls", "{r}");
+}
+
+/// Calls started past `maxPendingToolCalls` wait for a slot instead of
+/// failing: at most the cap run at once, the executor is asked in start
+/// order, and every call completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_max_pending_queue_and_start_in_order() {
+    let gate = Arc::new(Semaphore::new(0));
+    let executor = executor().with("client:app:gated", Behaviour::Gate(Arc::clone(&gate)));
+    // maxPendingToolCalls is 4 in the shared runtime; the queue is the default.
+    let s = session(shared(), tools(), executor.clone());
+    let release = {
+        let gate = Arc::clone(&gate);
+        let executor = executor.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            // Only the first four were handed to the executor.
+            let asked = executor.call_count();
+            // Then one call at a time finishes.
+            for _ in 0..10 {
+                gate.add_permits(1);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            asked
+        })
+    };
+    let r = exec(
+        &s,
+        "const ps = [];\nfor (let i = 0; i < 10; i++) ps.push(tools.gated({ i }));\nreturn (await Promise.all(ps)).map(x => x.i);",
+    )
+    .await;
+    let asked_before_release = release.await.unwrap();
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["value"], json!([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]));
+    assert_eq!(asked_before_release, 4, "the cap held while all were busy");
+    assert_eq!(executor.max_running.load(Ordering::SeqCst), 4);
+    let order: Vec<i64> = executor
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.input["i"].as_i64().unwrap())
+        .collect();
+    assert_eq!(order, (0..10).collect::<Vec<_>>(), "start order");
+    assert_eq!(r["telemetry"]["nestedCallCount"], 10);
+}
+
+/// `Promise.all` over 500 items works as written under the default
+/// settings (16 at once, the rest queued).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise_all_over_five_hundred_calls_completes_by_default() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true}}}",
+        RuntimeOptions::default(),
+    );
+    let executor = executor().with(
+        "client:app:slow",
+        Behaviour::Delay(Duration::from_millis(1), json!("done")),
+    );
+    let s = session(&runtime, tools(), executor.clone());
+    let r = exec(
+        &s,
+        "const items = Array.from({ length: 500 }, (_, i) => i);\nconst out = await Promise.all(items.map(i => tools.slow({ i })));\nreturn out.length;",
+    )
+    .await;
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["value"], 500);
+    assert_eq!(r["telemetry"]["nestedCallCount"], 500);
+    assert_eq!(executor.call_count(), 500);
+    assert!(executor.max_running.load(Ordering::SeqCst) <= 16);
+}
+
+/// The queue is bounded: past `maxPendingToolCalls` + `maxQueuedToolCalls`
+/// one more call rejects with `too_many_pending_tool_calls` naming both
+/// settings; the calls already started still complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_bounded_by_max_queued_tool_calls() {
+    let gate = Arc::new(Semaphore::new(0));
+    let executor = executor().with("client:app:gated", Behaviour::Gate(Arc::clone(&gate)));
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 2000, maxPendingToolCalls: 2, maxQueuedToolCalls: 3}}}",
+        RuntimeOptions::default(),
+    );
+    let s = session(&runtime, tools(), executor.clone());
+    let release = {
+        let gate = Arc::clone(&gate);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            gate.add_permits(100);
+        })
+    };
+    let r = exec(
+        &s,
+        r#"
+        const started = [];
+        for (let i = 0; i < 5; i++) started.push(tools.gated({ i }));
+        let sixth = null;
+        try { await tools.gated({ i: 5 }); } catch (e) { sixth = { message: e.message, code: e.code }; }
+        const done = (await Promise.all(started)).map(x => x.i);
+        return { done, sixth };
+        "#,
+    )
+    .await;
+    release.await.unwrap();
+    assert_eq!(r["status"], "completed", "{r}");
+    let v = &r["value"];
+    assert_eq!(v["done"], json!([0, 1, 2, 3, 4]));
+    assert_eq!(v["sixth"]["code"], "too_many_pending_tool_calls", "{v}");
+    let message = v["sixth"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("2 (maxPendingToolCalls)")
+            && message.contains("3 more (maxQueuedToolCalls)"),
+        "{message}"
+    );
+    assert_eq!(executor.max_running.load(Ordering::SeqCst), 2);
+}
+
+/// A run that suspends with calls queued keeps them: they start while the
+/// VM is suspended as slots free up, and `wait` delivers every result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_calls_go_on_while_the_run_is_suspended() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 200, maxPendingToolCalls: 2}}}",
+        RuntimeOptions::default(),
+    );
+    let executor = executor().with(
+        "client:app:slow",
+        Behaviour::Delay(Duration::from_millis(60), json!("done")),
+    );
+    let s = session(&runtime, tools(), executor.clone());
+    let r = exec(
+        &s,
+        "const out = await Promise.all(Array.from({ length: 12 }, (_, i) => tools.slow({ i })));\nreturn out.length;",
+    )
+    .await;
+    assert_eq!(r["status"], "waiting", "{r}");
+    let run_id = r["runId"].as_str().unwrap().to_owned();
+    // 12 calls, 2 at a time, 60 ms each: about 360 ms of work, most of
+    // it after the exec returned.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        executor.call_count(),
+        12,
+        "queued calls started while suspended"
+    );
+    let r = s.wait(&json!({ "runId": run_id })).await.to_json();
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["value"], 12);
+    assert!(executor.max_running.load(Ordering::SeqCst) <= 2);
 }
 
 #[tokio::test]

@@ -145,6 +145,9 @@ pub(super) struct Shared {
     tasks: Arc<crate::tasks::Tasks>,
     /// Work of stateless requests waiting for their client's answers.
     parked: input_required::Parked,
+    /// The `agentId` client sessions' runs carry (hooks and traces see
+    /// it): the `--agent` id, else `codemode-gateway`.
+    agent_id: String,
 }
 
 /// The gateway: one per process. Cheap to clone.
@@ -206,6 +209,10 @@ impl Gateway {
                 running_by_principal: Mutex::default(),
                 tasks: Arc::default(),
                 parked: input_required::Parked::default(),
+                agent_id: config
+                    .agent
+                    .clone()
+                    .unwrap_or_else(|| "codemode-gateway".into()),
             }),
         })
     }
@@ -225,7 +232,7 @@ impl Gateway {
         let n = self.shared.sessions.fetch_add(1, Ordering::SeqCst) + 1;
         let id = format!("mcp-{n}-{:016x}", session_nonce());
         let context = RunContext {
-            agent_id: Some("codemode-gateway".into()),
+            agent_id: Some(self.shared.agent_id.clone()),
             session_id: Some(id.clone()),
             ..RunContext::default()
         };

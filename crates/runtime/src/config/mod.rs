@@ -71,6 +71,10 @@ pub struct CodeModeConfig {
     pub max_snapshot_bytes: u64,
     /// Concurrent nested calls.
     pub max_pending_tool_calls: u64,
+    /// Nested calls started past `max_pending_tool_calls` that wait for a
+    /// free slot (in start order) instead of failing; 0 fails at the cap,
+    /// as the reference does.
+    pub max_queued_tool_calls: u64,
     /// How long a suspended VM can be resumed.
     pub snapshot_ttl_seconds: u64,
     /// Default hits of `tools.search`.
@@ -89,6 +93,7 @@ impl Default for CodeModeConfig {
             max_output_bytes: 65_536,
             max_snapshot_bytes: 10 << 20,
             max_pending_tool_calls: 16,
+            max_queued_tool_calls: 1000,
             snapshot_ttl_seconds: 900,
             search_default_limit: 8,
             max_search_limit: 50,
@@ -154,6 +159,11 @@ const BOUNDS: &[Bound] = &[
         name: "maxPendingToolCalls",
         min: 1,
         max: 128,
+    },
+    Bound {
+        name: "maxQueuedToolCalls",
+        min: 0,
+        max: 10_000,
     },
     Bound {
         name: "snapshotTtlSeconds",
@@ -286,6 +296,7 @@ impl CodeModeConfig {
             "maxOutputBytes" => &mut self.max_output_bytes,
             "maxSnapshotBytes" => &mut self.max_snapshot_bytes,
             "maxPendingToolCalls" => &mut self.max_pending_tool_calls,
+            "maxQueuedToolCalls" => &mut self.max_queued_tool_calls,
             "snapshotTtlSeconds" => &mut self.snapshot_ttl_seconds,
             "maxSearchLimit" => &mut self.max_search_limit,
             _ => &mut self.search_default_limit,

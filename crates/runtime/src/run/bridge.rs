@@ -15,8 +15,8 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::guest_api::{McpOp, Method};
 use crate::catalog::{Catalog, CatalogEntry, ToolSource};
-use crate::control::{Gate, GateApproval, GateState, Recheck};
-use crate::executor::{McpServerCall, NestedCall, ToolFuture};
+use crate::control::{Gate, GateApproval, GateState, Recheck, ToolHooks};
+use crate::executor::{McpServerCall, NestedCall, ToolExecutor, ToolFuture};
 use crate::result::ErrorCode;
 use crate::result::json_len;
 use crate::run::calls::{CallInfo, Finished};
@@ -249,22 +249,73 @@ fn nested_failure(message: String) -> Option<Settlement> {
     ))
 }
 
-/// `maxPendingToolCalls` reached: the rejection for one more call.
-fn over_pending_limit(ctx: &DriveCtx, state: &RunState) -> Option<Settlement> {
-    let max_pending = ctx.host.config.max_pending_tool_calls as usize;
-    (state.calls.in_flight() >= max_pending).then(|| {
-        Settlement::reject_with_code(
-            format!(
-                "too many nested tool calls in flight: at most {max_pending} (maxPendingToolCalls) may run at once; await some before starting more"
-            ),
-            ErrorCode::TooManyPendingToolCalls.as_str(),
+/// Input bytes the host holds for the calls of one run waiting for a slot:
+/// past it, one more call that would wait is refused like one past
+/// `maxQueuedToolCalls` (each input may be up to 1 MiB).
+pub(crate) const MAX_QUEUED_INPUT_BYTES: usize = 32 << 20;
+
+/// `maxPendingToolCalls` in flight and `maxQueuedToolCalls` (or
+/// [`MAX_QUEUED_INPUT_BYTES`]) waiting for a slot: the rejection for one
+/// more call of `input_bytes`.
+fn over_pending_limit(ctx: &DriveCtx, state: &RunState, input_bytes: usize) -> Option<Settlement> {
+    let config = &ctx.host.config;
+    let max_pending = config.max_pending_tool_calls as usize;
+    let max_queued = config.max_queued_tool_calls as usize;
+    let in_flight = state.calls.in_flight();
+    let message = if max_queued == 0 && in_flight >= max_pending {
+        format!(
+            "too many nested tool calls in flight: at most {max_pending} (maxPendingToolCalls) may run at once; await some before starting more"
         )
-    })
+    } else if in_flight >= max_pending + max_queued {
+        format!(
+            "too many nested tool calls started: {max_pending} (maxPendingToolCalls) run at once and {max_queued} more (maxQueuedToolCalls) wait for a slot; await some before starting more, or work in batches"
+        )
+    } else if in_flight >= max_pending
+        && state.calls.queued_input_bytes() + input_bytes > MAX_QUEUED_INPUT_BYTES
+    {
+        format!(
+            "too many nested tool calls started: {max_pending} (maxPendingToolCalls) run at once and the inputs of those waiting for a slot pass {} MiB; await some before starting more, or work in batches",
+            MAX_QUEUED_INPUT_BYTES >> 20
+        )
+    } else {
+        return None;
+    };
+    Some(Settlement::reject_with_code(
+        message,
+        ErrorCode::TooManyPendingToolCalls.as_str(),
+    ))
+}
+
+/// What asks the executor for one nested call, once the call holds a
+/// slot (at once, or after earlier calls finished).
+enum Launch {
+    Call(Arc<dyn ToolExecutor>, NestedCall),
+    Gated(Gate, NestedCall, Arc<dyn ToolExecutor>),
+    Request(
+        Option<Arc<dyn ToolHooks>>,
+        McpServerCall,
+        Arc<dyn ToolExecutor>,
+    ),
+}
+
+impl Launch {
+    fn run(self) -> ToolFuture {
+        match self {
+            Launch::Call(executor, call) => executor.call(call),
+            Launch::Gated(gate, call, executor) => crate::control::gated(gate, call, executor),
+            Launch::Request(None, request, executor) => executor.mcp_request(request),
+            Launch::Request(Some(hooks), request, executor) => {
+                crate::control::hooked_request(hooks, request, executor)
+            }
+        }
+    }
 }
 
 /// Counts and starts one nested call (a tool call, or an MCP resource or
-/// prompt request) under `maxPendingToolCalls`; `start` asks the executor.
-/// `None` when the call is now in flight.
+/// prompt request) under `maxPendingToolCalls` (past it, the call waits
+/// for a slot, up to `maxQueuedToolCalls`); `start` prepares the request
+/// and returns what asks the executor once the call has a slot. `None`
+/// when the call is now in flight.
 fn start_call(
     ctx: &DriveCtx,
     state: &mut RunState,
@@ -272,7 +323,7 @@ fn start_call(
     (tool_id, method): (String, &'static str),
     input: Value,
     gate: Option<Arc<GateState>>,
-    start: impl FnOnce(&RunState, String, Value) -> ToolFuture,
+    start: impl FnOnce(&RunState, String, Value) -> Launch,
 ) -> Option<Settlement> {
     if ctx.limits.cancel.is_cancelled() || ctx.scope.is_aborted() {
         // Nothing new starts after an abort or cancellation.
@@ -281,7 +332,8 @@ fn start_call(
             ErrorCode::Aborted.as_str(),
         ));
     }
-    if let Some(refused) = over_pending_limit(ctx, state) {
+    let input_bytes = json_len(&input);
+    if let Some(refused) = over_pending_limit(ctx, state, input_bytes as usize) {
         return Some(refused);
     }
     state.info.call_count += 1;
@@ -294,7 +346,7 @@ fn start_call(
         tool_id: tool_id.clone(),
         method,
         parent_call_id: state.parent_call_id.clone(),
-        input_bytes: json_len(&input),
+        input_bytes,
         gate,
         span: tracing::info_span!(
             target: "codemode::trace",
@@ -304,11 +356,15 @@ fn start_call(
             method,
             outcome = tracing::field::Empty,
         ),
+        queued: None,
     };
-    let future = start(state, call_id, input);
+    let launch = start(state, call_id, input);
+    let max_pending = ctx.host.config.max_pending_tool_calls as usize;
     state
         .calls
-        .start(&ctx.handle, request_id, info, future)
+        .start(&ctx.handle, request_id, info, max_pending, move || {
+            launch.run()
+        })
         .map(|outcome| outcome_settlement(ctx, &mut state.handles, outcome, &tool_id))
 }
 
@@ -347,8 +403,9 @@ fn start_tool_call(
                 input,
                 progress,
             };
+            let executor = Arc::clone(&state.executor);
             let Some(gate_state) = gate else {
-                return state.executor.call(call);
+                return Launch::Call(executor, call);
             };
             let recheck = (entry.source == ToolSource::Mcp).then(|| {
                 let label = mcp_label(&state.catalog, entry);
@@ -372,7 +429,7 @@ fn start_tool_call(
                 approval,
                 recheck,
             };
-            crate::control::gated(gate, call, Arc::clone(&state.executor))
+            Launch::Gated(gate, call, executor)
         },
     )
 }
@@ -537,14 +594,7 @@ fn mcp_request(
                 method,
                 params,
             };
-            match &state.hooks {
-                None => state.executor.mcp_request(request),
-                Some(hooks) => crate::control::hooked_request(
-                    Arc::clone(hooks),
-                    request,
-                    Arc::clone(&state.executor),
-                ),
-            }
+            Launch::Request(state.hooks.clone(), request, Arc::clone(&state.executor))
         },
     )
 }

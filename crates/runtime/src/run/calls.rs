@@ -11,6 +11,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -37,12 +38,22 @@ pub(crate) struct CallInfo {
     pub(crate) gate: Option<Arc<GateState>>,
     /// Its trace span (a child of the exec or wait that started it).
     pub(crate) span: tracing::Span,
+    /// Set while the call waits for one of the run's `maxPendingToolCalls`
+    /// slots (`None`: it had one at once).
+    pub(crate) queued: Option<Arc<AtomicBool>>,
 }
 
 impl CallInfo {
     /// Held for approval: not started.
     pub(crate) fn awaiting_approval(&self) -> bool {
         self.gate.as_ref().is_some_and(|g| g.awaiting_approval())
+    }
+
+    /// Waiting for a slot: the executor has not been asked yet.
+    pub(crate) fn is_queued(&self) -> bool {
+        self.queued
+            .as_ref()
+            .is_some_and(|q| q.load(Ordering::Acquire))
     }
 }
 
@@ -84,6 +95,12 @@ pub(crate) struct Calls {
     sink: crate::run::sink::ResultSink,
     /// Taken before the next call starts (see [`crate::run::sink::DeferredClaim`]).
     deferred_claim: Option<crate::run::sink::DeferredClaim>,
+    /// `maxPendingToolCalls` slots: a call runs while it holds one; a call
+    /// started when none is free waits for one in start order (the
+    /// semaphore is fair), also while the run is suspended.
+    slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Input bytes of the calls waiting for a slot (the host holds them).
+    queued_bytes: Arc<AtomicUsize>,
 }
 
 impl Calls {
@@ -99,6 +116,8 @@ impl Calls {
             progress: crate::progress::ProgressSlot::default(),
             sink: crate::run::sink::ResultSink::default(),
             deferred_claim: None,
+            slots: None,
+            queued_bytes: Arc::default(),
         }
     }
 
@@ -168,8 +187,15 @@ impl Calls {
         format!("{parent}.{}", self.next)
     }
 
+    /// Calls started and not finished: running, held by a gate, or
+    /// waiting for a slot.
     pub(crate) fn in_flight(&self) -> usize {
         self.inflight.len()
+    }
+
+    /// Input bytes of the calls waiting for a slot.
+    pub(crate) fn queued_input_bytes(&self) -> usize {
+        self.queued_bytes.load(Ordering::Acquire)
     }
 
     /// The calls in flight with their request ids.
@@ -183,28 +209,45 @@ impl Calls {
 
     /// Every call in flight waits for a decision only `approve` / `deny`
     /// bring: nothing else can move the cell on.
+    /// Calls still queued for a slot wait on these, so they do not count.
     pub(crate) fn all_awaiting_decision(&self) -> bool {
-        !self.inflight.is_empty()
-            && self
-                .inflight
-                .values()
-                .all(|c| c.info.gate.as_ref().is_some_and(|g| g.awaiting_decision()))
+        let mut holding = self.inflight.values().filter(|c| !c.info.is_queued());
+        let mut any = false;
+        let all = holding.all(|c| {
+            any = true;
+            c.info.gate.as_ref().is_some_and(|g| g.awaiting_decision())
+        });
+        any && all
     }
 
-    /// Calls are held for approval and none is running.
+    /// Calls are held for approval and none is running (queued calls wait
+    /// for the held ones' slots).
     pub(crate) fn only_approvals_pending(&self) -> bool {
-        !self.inflight.is_empty() && self.inflight.values().all(|c| c.info.awaiting_approval())
+        let mut holding = self.inflight.values().filter(|c| !c.info.is_queued());
+        let mut any = false;
+        let all = holding.all(|c| {
+            any = true;
+            c.info.awaiting_approval()
+        });
+        any && all
     }
 
-    /// Starts a call: returns its outcome at once when the executor answers
-    /// on the first poll, otherwise spawns it on `handle`.
-    pub(crate) fn start(
+    /// Starts a call: `launch` asks the executor once the call holds one
+    /// of the run's `max_pending` slots. With a slot free now, a call the
+    /// executor answers on the first poll returns its outcome at once;
+    /// otherwise the call is spawned on `handle` (to wait for a slot, or to
+    /// finish) and reports through the run's channel.
+    pub(crate) fn start<L>(
         &mut self,
         handle: &tokio::runtime::Handle,
         request_id: u32,
-        info: CallInfo,
-        future: ToolFuture,
-    ) -> Option<Result<Value, ToolCallError>> {
+        mut info: CallInfo,
+        max_pending: usize,
+        launch: L,
+    ) -> Option<Result<Value, ToolCallError>>
+    where
+        L: FnOnce() -> ToolFuture + Send + 'static,
+    {
         // The first effect of a resumed run: the store records the claim
         // first, or the call does not start.
         if let Some(claim) = self.deferred_claim.take()
@@ -212,20 +255,56 @@ impl Calls {
         {
             return Some(Err(e));
         }
-        // No subscriber wants the span (the usual case without OTLP): no
-        // wrapper and no second allocation on this hot path.
-        let future = if info.span.is_disabled() {
-            future
-        } else {
-            Box::pin(tracing::Instrument::instrument(future, info.span.clone()))
-        };
-        let mut future = CatchPanic(future);
+        let slots = Arc::clone(
+            self.slots
+                .get_or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(max_pending.max(1)))),
+        );
         let started = Instant::now();
         self.progress
             .report(crate::progress::ProgressUpdate::CallStarted {
                 call_id: info.call_id.clone(),
                 tool_id: info.tool_id.clone(),
             });
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            // Every slot is taken: wait for one in a task, in start order.
+            let queued = Arc::new(AtomicBool::new(true));
+            info.queued = Some(Arc::clone(&queued));
+            let held = QueuedBytes::hold(&self.queued_bytes, info.input_bytes as usize);
+            // Take a place in the semaphore's queue now, on this thread, so
+            // calls get slots in the order the cell started them (spawned
+            // tasks are first polled in no particular order).
+            let mut acquire = Box::pin(slots.acquire_owned());
+            let now = match acquire
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+            {
+                // A slot came free just now.
+                Poll::Ready(slot) => Some(slot),
+                Poll::Pending => None,
+            };
+            let future: ToolFuture = Box::pin(async move {
+                let slot = match now {
+                    Some(slot) => slot,
+                    None => acquire.await,
+                };
+                let Ok(_slot) = slot else {
+                    return Err(ToolCallError::new("the run ended before the call started"));
+                };
+                queued.store(false, Ordering::Release);
+                drop(held);
+                match std::panic::catch_unwind(AssertUnwindSafe(launch)) {
+                    Ok(future) => CatchPanic(future).await,
+                    Err(_) => Err(ToolCallError::new(
+                        "the tool's executor panicked; the call did not complete",
+                    )),
+                }
+            });
+            let future = instrumented(future, &info.span);
+            self.spawn(handle, (request_id, info, started), future, None);
+            return None;
+        };
+        let future = instrumented(launch(), &info.span);
+        let mut future = CatchPanic(future);
         let first = {
             let _entered = handle.enter();
             let mut cx = Context::from_waker(Waker::noop());
@@ -233,6 +312,7 @@ impl Calls {
         };
         match first {
             Poll::Ready(outcome) => {
+                drop(slot);
                 self.report_finished(&info, &outcome);
                 self.trajectory.record(event(&info, &outcome, started));
                 self.receipt(&info, outcome_of(&outcome));
@@ -240,27 +320,43 @@ impl Calls {
                 Some(outcome)
             }
             Poll::Pending => {
-                let tx = self.tx.clone();
-                let sink = self.sink.clone();
-                let task = handle.spawn(async move {
-                    let outcome = future.await;
-                    sink.record(request_id, &outcome).await;
-                    let _ = tx.send(Msg::Done {
-                        request_id,
-                        outcome,
-                    });
-                });
-                self.inflight.insert(
-                    request_id,
-                    InFlight {
-                        info,
-                        started,
-                        handle: task.abort_handle(),
-                    },
-                );
+                self.spawn(handle, (request_id, info, started), future, Some(slot));
                 None
             }
         }
+    }
+
+    /// Runs `future` on `handle` as call `request_id`; its outcome comes
+    /// back through the run's channel (and the durable sink). `slot` is
+    /// given back when the call ends.
+    fn spawn<F>(
+        &mut self,
+        handle: &tokio::runtime::Handle,
+        (request_id, info, started): (u32, CallInfo, Instant),
+        future: F,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) where
+        F: Future<Output = Result<Value, ToolCallError>> + Send + 'static,
+    {
+        let tx = self.tx.clone();
+        let sink = self.sink.clone();
+        let task = handle.spawn(async move {
+            let outcome = future.await;
+            drop(slot);
+            sink.record(request_id, &outcome).await;
+            let _ = tx.send(Msg::Done {
+                request_id,
+                outcome,
+            });
+        });
+        self.inflight.insert(
+            request_id,
+            InFlight {
+                info,
+                started,
+                handle: task.abort_handle(),
+            },
+        );
     }
 
     /// Accepts a `Done` message for a call of this run.
@@ -304,12 +400,13 @@ impl Calls {
         let n = self.inflight.len();
         for (_, call) in std::mem::take(&mut self.inflight) {
             call.handle.abort();
-            let started = call.info.gate.as_ref().is_none_or(|g| !g.not_started());
+            let started =
+                !call.info.is_queued() && call.info.gate.as_ref().is_none_or(|g| !g.not_started());
             if let Some(gate) = &call.info.gate {
                 gate.cancel();
             }
             let outcome = match why {
-                // Held by hooks or approval: it never ran.
+                // Queued, or held by hooks or approval: it never ran.
                 _ if !started => CallOutcome::Cancelled,
                 Cancel::Aborted => CallOutcome::Cancelled,
                 Cancel::RunEnded => CallOutcome::Unknown,
@@ -385,6 +482,40 @@ fn event(
         input_bytes: info.input_bytes,
         result_bytes,
         duration_ms: millis(started),
+    }
+}
+
+/// Counts a queued call's input bytes until it gets a slot or is dropped
+/// (cancelled while queued).
+struct QueuedBytes {
+    counter: Arc<AtomicUsize>,
+    bytes: usize,
+}
+
+impl QueuedBytes {
+    fn hold(counter: &Arc<AtomicUsize>, bytes: usize) -> QueuedBytes {
+        counter.fetch_add(bytes, Ordering::AcqRel);
+        QueuedBytes {
+            counter: Arc::clone(counter),
+            bytes,
+        }
+    }
+}
+
+impl Drop for QueuedBytes {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// `future` inside the call's trace span; no wrapper (and no second
+/// allocation on this hot path) when no subscriber wants the span, the
+/// usual case without OTLP.
+fn instrumented(future: ToolFuture, span: &tracing::Span) -> ToolFuture {
+    if span.is_disabled() {
+        future
+    } else {
+        Box::pin(tracing::Instrument::instrument(future, span.clone()))
     }
 }
 

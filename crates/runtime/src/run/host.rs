@@ -132,6 +132,10 @@ impl Host {
             memory_limit_bytes: c.memory_limit_bytes as usize,
             max_output_bytes: c.max_output_bytes as usize,
             max_snapshot_bytes: c.max_snapshot_bytes as usize,
+            // Every queued call is an outstanding guest request: room for
+            // all of them beside the sandbox's usual bound.
+            max_outstanding_requests: Limits::default().max_outstanding_requests
+                + (c.max_pending_tool_calls + c.max_queued_tool_calls) as usize,
             ..Limits::default()
         }
     }

@@ -182,6 +182,7 @@ fn adopt(
         input_bytes: 0,
         gate: None,
         span: tracing::Span::none(),
+        queued: None,
     };
     let request_id = call.request_id;
     let backend = Arc::clone(backend);
@@ -207,5 +208,9 @@ fn adopt(
             ))
         })
     });
-    state.calls.start(&ctx.handle, request_id, info, future)
+    // It holds a slot here as it did in the process that started it.
+    let max_pending = ctx.host.config.max_pending_tool_calls as usize;
+    state
+        .calls
+        .start(&ctx.handle, request_id, info, max_pending, move || future)
 }
