@@ -290,7 +290,7 @@ fn over_pending_limit(ctx: &DriveCtx, state: &RunState, input_bytes: usize) -> O
 /// slot (at once, or after earlier calls finished).
 enum Launch {
     Call(Arc<dyn ToolExecutor>, NestedCall),
-    Gated(Gate, NestedCall, Arc<dyn ToolExecutor>),
+    Gated(Box<Gate>, NestedCall, Arc<dyn ToolExecutor>),
     Request(
         Option<Arc<dyn ToolHooks>>,
         McpServerCall,
@@ -302,7 +302,7 @@ impl Launch {
     fn run(self) -> ToolFuture {
         match self {
             Launch::Call(executor, call) => executor.call(call),
-            Launch::Gated(gate, call, executor) => crate::control::gated(gate, call, executor),
+            Launch::Gated(gate, call, executor) => crate::control::gated(*gate, call, executor),
             Launch::Request(None, request, executor) => executor.mcp_request(request),
             Launch::Request(Some(hooks), request, executor) => {
                 crate::control::hooked_request(hooks, request, executor)
@@ -429,7 +429,7 @@ fn start_tool_call(
                 approval,
                 recheck,
             };
-            Launch::Gated(gate, call, executor)
+            Launch::Gated(Box::new(gate), call, executor)
         },
     )
 }
