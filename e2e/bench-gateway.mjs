@@ -23,7 +23,7 @@ import { tmpdir } from "node:os";
 import { parseArgs } from "node:util";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { BIN, FIFTY_SUMS, here, resultOf, servers } from "./harness.mjs";
+import { BIN, FIFTY_SUMS, connectHttp, here, resultOf, servers, startHttpGateway } from "./harness.mjs";
 
 const { values: opts } = parseArgs({
   options: {
@@ -153,7 +153,8 @@ for (let i = 0; i < coldRounds; i++) {
 
 // RSS per waiting run: runs held on a slow call (exec returns `waiting`
 // after timeoutMs), with the default store, the gateway's VmRSS before and
-// after.
+// after (runs spread over HTTP sessions; 2.5 s after the last, so the
+// reaper has packed them).
 const held = {};
 if (names.includes("codemode")) {
   for (const count of heldCounts) {
@@ -161,29 +162,44 @@ if (names.includes("codemode")) {
       codeMode: { timeoutMs: 100 },
       servers: { slow: { command: process.execPath, args: [join(here, "servers/slow.mjs")] } },
     });
-    const client = new Client({ name: "bench-gateway", version: "1" });
-    const transport = new StdioClientTransport({
-      command: BIN,
-      args: ["serve", "--config", config],
-      env: { ...process.env, CODEMODE_LOG: "warn", CODEMODE_DATA_DIR: mkdtempSync(join(tmpdir(), "codemode-bench-data-")) },
-      stderr: "inherit",
+    // Over HTTP, so the runs spread over sessions (one session holds at
+    // most 256 waiting runs).
+    const gateway = await startHttpGateway(config, {
+      args: ["--metrics", "127.0.0.1:0", ...(process.env.BENCH_STORE ? ["--store", process.env.BENCH_STORE] : [])],
+      env: { CODEMODE_DATA_DIR: mkdtempSync(join(tmpdir(), "codemode-bench-data-")) },
     });
-    await client.connect(transport);
+    const sessions = [];
+    for (let i = 0; i < Math.ceil(count / 200) + 1; i++) sessions.push(await connectHttp(gateway.url));
     const cell = `const big = "x".repeat(1000); return (await MCP.slow.sleep({ ms: 3600000, tag: "held" })).content[0].text + big.length;`;
-    // Warm the process (allocator, caches) with one held run first.
-    const first = resultOf(await client.callTool({ name: "exec", arguments: { code: cell } }));
-    if (first.status !== "waiting") throw new Error(JSON.stringify(first));
-    await new Promise((r) => setTimeout(r, 300));
-    const before = rssKiB(transport.pid);
+    const hold = async (client) => {
+      const r = resultOf(await client.callTool({ name: "exec", arguments: { code: cell } }));
+      if (r.status !== "waiting") throw new Error(JSON.stringify(r));
+    };
+    // Warm the process first with one batch of the same concurrency: 16
+    // VMs at once take 16 of the engine's warm slots, which stay resident
+    // for the next cells whether or not runs wait (a fixed cost, not one
+    // per waiting run).
+    await Promise.all(Array.from({ length: 16 }, () => hold(sessions[0].client)));
+    await new Promise((r) => setTimeout(r, 2500));
+    const before = rssKiB(gateway.pid);
     for (let started = 0; started < count; started += 16) {
-      const batch = Array.from({ length: Math.min(16, count - started) }, () =>
-        client.callTool({ name: "exec", arguments: { code: cell } }).then(resultOf));
-      for (const r of await Promise.all(batch)) if (r.status !== "waiting") throw new Error(JSON.stringify(r));
+      const batch = [];
+      for (let k = started; k < Math.min(started + 16, count); k++) batch.push(hold(sessions[1 + Math.floor(k / 200)].client));
+      await Promise.all(batch);
     }
-    await new Promise((r) => setTimeout(r, 500));
-    const after = rssKiB(transport.pid);
-    held[count] = { rssBeforeKiB: before, rssAfterKiB: after, perRunKiB: Math.round((after - before) / count) };
-    await client.close();
+    // Runs that wait past a second are packed by the reaper.
+    await new Promise((r) => setTimeout(r, 2500));
+    const after = rssKiB(gateway.pid);
+    const metrics = await (await fetch(gateway.metrics)).text();
+    const snapshotBytes = Number(/^codemode_store_bytes (\d+)/m.exec(metrics)?.[1]);
+    held[count] = {
+      rssBeforeKiB: before,
+      rssAfterKiB: after,
+      perRunKiB: Math.round((after - before) / count),
+      snapshotKiBPerRun: Math.round(snapshotBytes / (count + 16) / 1024),
+    };
+    for (const s of sessions) await s.close();
+    await gateway.stop();
   }
 }
 
@@ -225,6 +241,7 @@ for (const w of [...workloads, "cold"]) {
   lines.push(`| ${labels[w]} | ${cells.join(" | ")} | ${ratios.join(" | ")} |`);
 }
 for (const [count, h] of Object.entries(held)) {
-  lines.push(`| RSS per waiting run, ${count} held (default store) | — | ${h.perRunKiB} KiB | | |`);
+  const cells = names.map((n) => (n === "codemode" ? `${h.perRunKiB} KiB (snapshot ${h.snapshotKiBPerRun} KiB)` : "—"));
+  lines.push(`| RSS per waiting run, ${count} held (default store) | ${cells.join(" | ")} |${names.filter((n) => n !== "direct").map(() => "").join(" |")} |`);
 }
 console.log("\n" + lines.join("\n"));

@@ -178,6 +178,7 @@ export async function startHttpGateway(configPath, { args = [], env = {}, bin = 
     url,
     admin,
     metrics,
+    pid: child.pid,
     stop: async () => { child.kill("SIGINT"); return exited; },
     /** Ends it as a crash would: no shutdown at all. */
     kill: async () => { child.kill("SIGKILL"); return exited; },

@@ -613,3 +613,35 @@ async fn a_result_arriving_at_the_deadline_is_kept_for_the_next_wait() {
         assert_eq!(r["value"], "on time");
     }
 }
+
+/// A run that waits past a second holds its VM memory packed (about a
+/// third), and resumes from it as from the raw copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_waiting_run_holds_packed_memory_and_resumes_from_it() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 200}}}",
+        RuntimeOptions::default(),
+    );
+    let g = gates();
+    let s = session(&runtime, tools(), g.executor.clone());
+    let r = exec(
+        &s,
+        r#"const kept = "abc".repeat(5000);
+           const got = await tools.gated({ which: "a" });
+           return [kept.length, got.which];"#,
+    )
+    .await;
+    assert_eq!(r["status"], "waiting", "{r}");
+    let raw = runtime.suspended_bytes();
+    assert!(raw > 16 * 1024, "raw snapshot bytes {raw}");
+    // The reaper packs it once it has waited a second.
+    eventually("the waiting run's memory is packed", || {
+        runtime.suspended_bytes() * 2 < raw
+    })
+    .await;
+    g.first.add_permits(1);
+    let r = wait(&s, &r["runId"]).await;
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["value"], json!([15000, "a"]));
+    assert_eq!(runtime.suspended_bytes(), 0);
+}

@@ -84,7 +84,7 @@ pub use image::default_cache_dir;
 pub use limits::{CancelFlag, Limits};
 pub use prelude::{GuestApi, PRELUDE_GLOBALS};
 pub use priority::{burst, burst_checkpoint};
-pub use snapshot::Snapshot;
+pub use snapshot::{PackedSnapshot, Snapshot};
 pub use vm::{Failure, FailureKind, Settlement, Step, Vm};
 
 /// Process-wide settings of a [`Sandbox`].

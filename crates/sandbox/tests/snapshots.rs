@@ -103,6 +103,33 @@ fn snapshots_store_only_what_changed() {
 }
 
 #[test]
+fn a_packed_snapshot_is_smaller_and_unpacks_to_the_same_run() {
+    let (mut vm, step) = start(
+        "const kept = 'x'.repeat(4000) + JSON.stringify({ deep: [1, 2, 3] });
+         await yield_control('a');
+         return kept.length;",
+    );
+    assert_eq!(step, Step::Pending);
+    let id = vm.take_new_requests()[0].id;
+    let snapshot = vm.suspend().unwrap();
+    let packed = snapshot.pack();
+    // A QuickJS heap packs well: this is what a long-waiting run holds.
+    assert!(
+        packed.size_bytes() * 2 < snapshot.size_bytes(),
+        "packed {} of {}",
+        packed.size_bytes(),
+        snapshot.size_bytes()
+    );
+    let unpacked = packed.unpack().unwrap();
+    assert_eq!(unpacked, snapshot);
+    let mut vm = sandbox().restore(&unpacked, &limits()).unwrap();
+    assert_eq!(
+        vm.settle(id, Settlement::Resolve(json!(5))).unwrap(),
+        Step::Completed(json!(4000 + 16))
+    );
+}
+
+#[test]
 fn settling_a_request_the_vm_does_not_wait_on_is_refused() {
     let (mut vm, _) = start("await yield_control(); return 1");
     assert!(matches!(

@@ -31,6 +31,8 @@ const RESULTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("resul
 /// "unknown"; kept for [`TOMBSTONE_MS`].
 const EXPIRED: TableDefinition<&str, u64> = TableDefinition::new("expired");
 const TOMBSTONE_MS: u64 = 3_600_000;
+/// redb's page cache (read and write): see `FileBackend::open`.
+const CACHE_BYTES: usize = 4 << 20;
 
 /// A run's place in the store, before its record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,7 +159,14 @@ impl FileBackend {
         // owner's alone, like the login tokens beside it.
         private_file(path)
             .map_err(|e| unavailable(format!("cannot create {}: {e}", path.display())))?;
-        let db = Database::create(path).map_err(|e| {
+        // A small page cache: `wait` in this process reads the live copy,
+        // the file is read back only after a restart or by another
+        // generation, so redb's default (1 GiB, filled by every record
+        // written) would only hold each waiting run's pages a second time.
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|e| {
             unavailable(match e {
                 redb::DatabaseError::DatabaseAlreadyOpen => {
                     "another process has it open (one gateway per file store; use redis:// to share runs between processes)".into()

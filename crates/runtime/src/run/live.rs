@@ -13,18 +13,51 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use codemode_sandbox::Snapshot;
+use codemode_sandbox::{PackedSnapshot, Snapshot};
 use codemode_store::RunBackend;
 
 use crate::executor::Scope;
 use crate::run::state::RunState;
 
+/// How long a run waits before its live snapshot is packed: runs resumed
+/// at once (a client that waits in a loop) keep the raw pages and resume
+/// without decompressing; a run that waits for a model's next turn holds
+/// about a third of the memory.
+pub(crate) const PACK_AFTER: Duration = Duration::from_secs(1);
+
+/// A waiting run's VM memory as this process holds it: as suspended, then
+/// packed once it has waited [`PACK_AFTER`] ([`LiveRuns::pack_idle`]).
+pub(crate) enum LiveSnapshot {
+    /// Shared only while [`LiveRuns::pack_idle`] compresses it.
+    Raw(Arc<Snapshot>),
+    Packed(PackedSnapshot),
+}
+
+impl LiveSnapshot {
+    pub(crate) fn size_bytes(&self) -> usize {
+        match self {
+            LiveSnapshot::Raw(s) => s.size_bytes(),
+            LiveSnapshot::Packed(p) => p.size_bytes(),
+        }
+    }
+
+    /// The snapshot to restore.
+    pub(crate) fn into_snapshot(self) -> Result<Snapshot, String> {
+        match self {
+            LiveSnapshot::Raw(s) => Ok(Arc::try_unwrap(s).unwrap_or_else(|s| (*s).clone())),
+            LiveSnapshot::Packed(p) => p.unpack().map_err(|e| e.to_string()),
+        }
+    }
+}
+
 /// A run waiting for `wait`, as this process holds it.
 pub(crate) struct LiveRun {
-    pub(crate) snapshot: Snapshot,
+    pub(crate) snapshot: LiveSnapshot,
     pub(crate) state: RunState,
+    /// When it began to wait (this time).
+    pub(crate) since: Instant,
     pub(crate) expires: Instant,
     /// The run's generation in the store: this live copy is current only
     /// while the store says the same.
@@ -230,6 +263,42 @@ impl LiveRuns {
         // Dropped outside the lock: cancelling calls takes other locks.
         drop(expired);
         count
+    }
+
+    /// Packs the snapshots of runs that have waited `idle` or longer
+    /// (compressed outside the lock; a run resumed meanwhile keeps its raw
+    /// copy). Returns how many it packed. The reaper calls this.
+    pub(crate) fn pack_idle(&self, idle: Duration) -> usize {
+        let now = Instant::now();
+        let candidates: Vec<(String, Arc<Snapshot>)> = self
+            .lock()
+            .iter()
+            .filter_map(|(id, slot)| match slot {
+                Slot::Waiting(run) if now.duration_since(run.since) >= idle => {
+                    match &run.snapshot {
+                        LiveSnapshot::Raw(raw) => Some((id.clone(), Arc::clone(raw))),
+                        LiveSnapshot::Packed(_) => None,
+                    }
+                }
+                _ => None,
+            })
+            .collect();
+        let mut packed_runs = 0;
+        for (id, raw) in candidates {
+            let packed = raw.pack();
+            let mut runs = self.lock();
+            if let Some(Slot::Waiting(run)) = runs.get_mut(&id)
+                && let LiveSnapshot::Raw(current) = &run.snapshot
+                && Arc::ptr_eq(current, &raw)
+            {
+                run.snapshot = LiveSnapshot::Packed(packed);
+                packed_runs += 1;
+            }
+            drop(runs);
+            // The last reference to the raw pages, dropped outside the lock.
+            drop(raw);
+        }
+        packed_runs
     }
 
     /// Snapshot bytes held in memory by waiting runs.

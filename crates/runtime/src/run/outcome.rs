@@ -20,7 +20,7 @@ use crate::result::{
 };
 use crate::run::calls::Cancel;
 use crate::run::env::{DriveCtx, RunEnv};
-use crate::run::live::{LiveRun, StoreError};
+use crate::run::live::{LiveRun, LiveSnapshot, StoreError};
 use crate::run::record::Store;
 use crate::run::state::{RunInfo, RunState};
 use crate::trajectory::TrajectoryEvent;
@@ -390,8 +390,9 @@ fn hold(
         &run_id,
         resumed.is_some(),
         LiveRun {
-            snapshot,
+            snapshot: LiveSnapshot::Raw(Arc::new(snapshot)),
             state,
+            since: Instant::now(),
             expires: Instant::now() + ttl,
             generation,
         },

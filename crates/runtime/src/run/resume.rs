@@ -50,7 +50,14 @@ pub(crate) fn take_for_wait(
         claimed.generation,
     );
     let mut taken = match live {
-        Ok(Some(run)) => rehome(env, run.snapshot, run.state),
+        Ok(Some(run)) => match run.snapshot.into_snapshot() {
+            Ok(snapshot) => rehome(env, snapshot, run.state),
+            Err(reason) => {
+                host.live.finish(run_id);
+                forget(backend, run_id);
+                return Err(StoreError::Restore(reason));
+            }
+        },
         Ok(None) => restore(env, ctx, run_id, claimed)?,
         Err(aborted) => {
             forget(backend, run_id);
