@@ -16,6 +16,7 @@
 // table (the one in BENCHMARKS.md).
 // Usage: CODEMODE_BIN=target/release/codemode node e2e/bench-gateway.mjs
 //          [--rounds 200] [--cold 10] [--held 100,1000] [--only codemode,direct]
+//          [--workloads trivial,seq50,all50]
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { mkdtempSync } from "node:fs";
@@ -31,6 +32,7 @@ const { values: opts } = parseArgs({
     cold: { type: "string", default: "10" },
     held: { type: "string", default: "100" },
     only: { type: "string", default: "direct,codemode,peer" },
+    workloads: { type: "string", default: "trivial,seq50,all50" },
   },
 });
 const rounds = Number(opts.rounds);
@@ -111,7 +113,7 @@ for (const name of ["codemode", "peer"]) {
   s.cold = (c) => s.run(c, ONE_SUM).then(expect("The sum of 1 and 2 is 3."));
 }
 const names = Object.keys(systems).filter((n) => only.has(n));
-const workloads = ["trivial", "seq50", "all50"];
+const workloads = opts.workloads.split(",").filter(Boolean);
 
 async function connect(name) {
   const client = new Client({ name: "bench-gateway", version: "1" });

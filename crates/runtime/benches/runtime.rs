@@ -1,5 +1,6 @@
 //! Runtime benchmarks (issue: catalog, nested calls, wait):
 //! - exec of a cell awaiting 50 fast in-process tool calls in a loop;
+//! - `return 1` with 1, 22 and 200 MCP tools in the catalog;
 //! - `wait` on a suspended cell whose nested call already finished;
 //! - 1,000 suspended runs held at once: bytes and RSS per run;
 //! - the control layer: the same 50 calls through a no-op
@@ -146,6 +147,41 @@ fn bench(c: &mut Criterion) {
     c.bench_function("exec: return 1 (no tool calls, for comparison)", |b| {
         b.iter(|| rt.block_on(session.exec(&json!({ "code": "return 1" }))))
     });
+
+    // What the catalog's size costs an exec that calls nothing: every MCP
+    // tool is in the run's `MCP` namespace.
+    for n in [1usize, 22, 200] {
+        let tools: Vec<ToolDefinition> = (0..n)
+            .map(|i| {
+                ToolDefinition::new(ToolSource::Mcp, "srv", &format!("tool_{i}"))
+                    .with_description("A tool that does one thing")
+                    .with_parameters(
+                        json!({"type": "object", "properties": {"a": {"type": "number"}}}),
+                    )
+            })
+            .collect();
+        let catalog = Catalog::build_with_mcp_servers(
+            tools,
+            &ToolPolicy::default(),
+            &[codemode_runtime::McpServerInfo::new("srv")],
+        )
+        .unwrap();
+        let wide = _runtime.session(
+            RunContext::default(),
+            catalog,
+            Arc::new(Tools {
+                gate: Gate::default(),
+            }),
+        );
+        let r = rt
+            .block_on(wide.exec(&json!({ "code": "return Object.keys(MCP.srv).length" })))
+            .to_json();
+        assert_eq!(r["value"], n + 1, "{r}");
+        c.bench_function(
+            &format!("exec: return 1 with {n} MCP tools in the catalog"),
+            |b| b.iter(|| rt.block_on(wide.exec(&json!({ "code": "return 1" })))),
+        );
+    }
 
     let (hooked, approving) = control_sessions(&_runtime);
     c.bench_function("exec: 50 fast tool calls through a no-op hook", |b| {

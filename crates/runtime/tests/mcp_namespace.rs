@@ -162,6 +162,69 @@ async fn mcp_entries_stay_out_of_the_tools_views_and_globals_are_frozen() {
     assert_eq!(r["value"]["intact"], true);
 }
 
+/// Server objects build their tool functions on first read (a run does not
+/// pay for every tool of every server): what the cell sees is the same as
+/// an object holding them all: keys in catalog order then `$api`, `in`,
+/// descriptors, one function per tool, writes refused, and freezing it
+/// works.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_objects_behave_like_frozen_objects_of_every_tool() {
+    let s = session(executor());
+    let r = exec(
+        &s,
+        r#"
+        const gh = MCP.github;
+        const before = Object.keys(gh);
+        const has = ["createIssue" in gh, "slowSearch" in gh, "$api" in gh, "nope" in gh, "then" in gh];
+        const d = Object.getOwnPropertyDescriptor(gh, "slowSearch");
+        const same = gh.createIssue === gh.createIssue && d.value === gh.slowSearch;
+        const refused = [];
+        const attempt = (name, f) => { try { f(); refused.push(name + ": no error"); } catch (e) { refused.push(name); } };
+        attempt("assign", function () { "use strict"; gh.createIssue = 1; });
+        attempt("add", function () { "use strict"; gh.extra = 1; });
+        attempt("define", () => Object.defineProperty(gh, "x", { value: 1 }));
+        attempt("delete", function () { "use strict"; delete gh.createIssue; });
+        Object.freeze(gh);
+        return {
+          before,
+          after: Object.keys(gh),
+          entries: Object.entries(gh).map(([k, v]) => k + ":" + typeof v),
+          has,
+          descriptor: [typeof d.value, d.enumerable, d.writable],
+          same,
+          refused,
+          frozenCallable: typeof gh.createIssue,
+          missing: typeof gh.nope,
+          probe: typeof gh.then,
+          names: [gh.createIssue.name, gh.slowSearch.name],
+        };
+        "#,
+    )
+    .await;
+    assert_eq!(r["status"], "completed", "{r}");
+    let v = &r["value"];
+    assert_eq!(v["before"], json!(["createIssue", "slowSearch", "$api"]));
+    assert_eq!(v["after"], v["before"]);
+    assert_eq!(
+        v["entries"],
+        json!([
+            "createIssue:function",
+            "slowSearch:function",
+            "$api:function"
+        ])
+    );
+    assert_eq!(v["has"], json!([true, true, true, false, false]));
+    assert_eq!(v["descriptor"], json!(["function", true, false]));
+    assert_eq!(v["same"], true);
+    assert_eq!(v["refused"], json!(["assign", "add", "define", "delete"]));
+    assert_eq!(v["frozenCallable"], "function");
+    // A name the server lacks is still a function that rejects with the
+    // nearest names; probes stay undefined.
+    assert_eq!(v["missing"], "function");
+    assert_eq!(v["probe"], "undefined");
+    assert_eq!(v["names"], json!(["createIssue", "slowSearch"]));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn declarations_and_the_inline_header() {
     let s = session(executor());

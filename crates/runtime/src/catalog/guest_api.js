@@ -28,6 +28,9 @@
   const promiseThen = Promise.prototype.then;
   const ProxyCtor = Proxy;
   const hasOwn = Object.prototype.hasOwnProperty;
+  const getOwnPropertyDescriptor = Object.getOwnPropertyDescriptor;
+  const preventExtensions = Object.preventExtensions;
+  const isExtensible = Object.isExtensible;
 
   function yield_control(reason) {
     const r = reason === undefined ? null : StringCtor(reason);
@@ -191,33 +194,106 @@
     return fn;
   }
 
+  // A server's tools become functions when first read, not when the run
+  // starts: the context names every tool of every server, and building a
+  // closure per tool cost every exec about 5 µs per tool (1 ms at 200
+  // tools) when a cell calls two. The server is a proxy over an extensible
+  // target that gains each tool's function on first read; keys, `in` and
+  // descriptors answer from the context's list, and writes are refused as
+  // on a frozen object.
   function mcpServer(entry) {
     const serverName = entry[0];
-    const server = createObject(null);
-    const tools = isArray(entry[1]) ? entry[1] : [];
-    for (let i = 0; i < tools.length; i++) {
-      const name = tools[i][0];
-      server[name] = named(name, mcpTool("MCP." + serverName + "." + name, tools[i][1]));
-    }
-    server.$api = named("$api", function (toolName, options) {
+    const list = isArray(entry[1]) ? entry[1] : [];
+    const prefix = "MCP." + serverName;
+    const target = createObject(null);
+    const fixed = createObject(null);
+    fixed.$api = named("$api", function (toolName, options) {
       return hostRequest("mcp.api", { server: serverName, tool: toolName === undefined ? null : toolName, options: options === undefined ? null : options });
     });
     const flags = entry[2] | 0;
-    const prefix = "MCP." + serverName;
     if (flags & 1) {
       const resources = createObject(null);
       resources.list = named("list", mcpRequest(serverName, "resources.list", prefix + ".resources.list", null));
       resources.read = named("read", mcpRequest(serverName, "resources.read", prefix + ".resources.read", "{ uri: \"...\" }"));
       resources.templates = named("templates", mcpRequest(serverName, "resources.templates", prefix + ".resources.templates", null));
-      server.resources = freeze(resources);
+      fixed.resources = freeze(resources);
     }
     if (flags & 2) {
       const prompts = createObject(null);
       prompts.list = named("list", mcpRequest(serverName, "prompts.list", prefix + ".prompts.list", null));
       prompts.get = named("get", mcpRequest(serverName, "prompts.get", prefix + ".prompts.get", "{ name: \"...\", arguments: { ... } }"));
-      server.prompts = freeze(prompts);
+      fixed.prompts = freeze(prompts);
     }
-    return guardedServer(serverName, freeze(server));
+    // name → id and the key order (tools in catalog order, then the fixed
+    // members, which win over a tool of the same name), made on first use.
+    let ids = null;
+    let keys = null;
+    function index() {
+      if (ids !== null) return;
+      ids = createObject(null);
+      keys = [];
+      for (let i = 0; i < list.length; i++) {
+        const name = list[i][0];
+        if (typeof name !== "string" || hasOwn.call(ids, name) || hasOwn.call(fixed, name)) continue;
+        ids[name] = list[i][1];
+        keys.push(name);
+      }
+      for (const name in fixed) keys.push(name);
+    }
+    function member(key) {
+      if (hasOwn.call(target, key)) return target[key];
+      let value;
+      if (hasOwn.call(fixed, key)) value = fixed[key];
+      else {
+        index();
+        if (!hasOwn.call(ids, key)) return undefined;
+        value = named(key, mcpTool(prefix + "." + key, ids[key]));
+      }
+      defineProperty(target, key, { value: value, writable: false, enumerable: true, configurable: true });
+      return value;
+    }
+    function has(key) {
+      if (typeof key !== "string") return false;
+      if (hasOwn.call(fixed, key)) return true;
+      index();
+      return hasOwn.call(ids, key);
+    }
+    function refuse() { return false; }
+    return new ProxyCtor(target, freeze({
+      get: function (_, key) {
+        if (has(key)) return member(key);
+        if (isProbe(key)) return undefined;
+        return missingCall(serverName, key);
+      },
+      has: function (_, key) { return has(key); },
+      ownKeys: function () { index(); return keys.slice(); },
+      getOwnPropertyDescriptor: function (_, key) {
+        if (!has(key)) return undefined;
+        member(key);
+        return getOwnPropertyDescriptor(target, key);
+      },
+      set: refuse,
+      defineProperty: function (_, key, descriptor) {
+        // Only what Object.freeze asks after preventExtensions: the same
+        // member, made non-configurable and read-only.
+        if (isExtensible(target) || !hasOwn.call(target, key)) return false;
+        if (("value" in descriptor && descriptor.value !== target[key]) ||
+            descriptor.writable === true || descriptor.configurable === true ||
+            "get" in descriptor || "set" in descriptor) return false;
+        defineProperty(target, key, descriptor);
+        return true;
+      },
+      deleteProperty: refuse,
+      setPrototypeOf: refuse,
+      preventExtensions: function () {
+        // Object.freeze(server): every tool becomes real first, so the
+        // target's keys are exactly the ones reported.
+        index();
+        for (let i = 0; i < keys.length; i++) member(keys[i]);
+        preventExtensions(target);
+        return true;
+      },
+    }));
   }
 
   // ---- names the run does not have -----------------------------------------
