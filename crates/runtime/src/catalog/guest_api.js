@@ -203,7 +203,9 @@
   // on a frozen object.
   function mcpServer(entry) {
     const serverName = entry[0];
-    const list = isArray(entry[1]) ? entry[1] : [];
+    // The tool list is JSON text, parsed on first use: most cells touch
+    // one or two of a run's servers.
+    const listText = entry[1];
     const prefix = "MCP." + serverName;
     const target = createObject(null);
     const fixed = createObject(null);
@@ -232,6 +234,9 @@
       if (ids !== null) return;
       ids = createObject(null);
       keys = [];
+      let list = [];
+      try { list = typeof listText === "string" ? parseJson(listText) : []; } catch (_) {}
+      if (!isArray(list)) list = [];
       for (let i = 0; i < list.length; i++) {
         const name = list[i][0];
         if (typeof name !== "string" || hasOwn.call(ids, name) || hasOwn.call(fixed, name)) continue;

@@ -187,7 +187,9 @@ pub(crate) const EMPTY_CONTEXT: &str = r#"{"tools":[],"conveniences":[]}"#;
 
 /// The run context `install(context)` in `guest_api.js` reads: the guest's
 /// `ALL_TOOLS` entries, the `tools.<name>` conveniences (`[name, id]`) and
-/// the `MCP` namespace (`[server, [[tool, id], ...], flags]`), as JSON text.
+/// the `MCP` namespace (`[server, "[[tool, id], ...]", flags]`, each tool
+/// list itself JSON text, parsed when the cell first uses the server), as
+/// JSON text.
 pub(crate) fn run_context(
     tools: Vec<Value>,
     conveniences: &[(String, String)],

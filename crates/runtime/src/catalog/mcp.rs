@@ -315,7 +315,9 @@ impl McpNamespace {
                         .map(|t| json!([t.js_name, t.entry.id]))
                         .collect();
                     let flags = u8::from(s.info.resources) | (u8::from(s.info.prompts) << 1);
-                    json!([s.js_name, tools, flags])
+                    // The tool list as JSON text: the guest parses it when
+                    // the cell first touches the server, not every exec.
+                    json!([s.js_name, Value::Array(tools).to_string(), flags])
                 })
                 .collect(),
         )
@@ -475,7 +477,7 @@ mod tests {
         assert_eq!(github.tool("create_issue").unwrap().js_name, "createIssue");
         assert_eq!(
             ns.guest_json()[1],
-            json!(["docs", [], 1]),
+            json!(["docs", "[]", 1]),
             "a server with only resources is visible"
         );
     }
