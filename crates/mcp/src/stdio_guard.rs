@@ -154,6 +154,87 @@ pub(crate) fn judge(line: &[u8]) -> Verdict {
     Verdict::Forward
 }
 
+/// The process's stdin and stdout as async streams. When they are pipes
+/// or sockets (how MCP clients start servers: Node gives a socketpair,
+/// Python a pipe) they are read and written through the reactor directly;
+/// `tokio::io::stdin()`/`stdout()` would move every read and write to a
+/// blocking thread and back, two thread hops per message. Anything else
+/// (a terminal, a file) keeps tokio's blocking stdio.
+pub(crate) fn process_stdio() -> (
+    Box<dyn AsyncRead + Unpin + Send>,
+    Box<dyn AsyncWrite + Unpin + Send>,
+) {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        let input = std::io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .and_then(|fd| reactor_stream(fd, StdioEnd::Read));
+        let output = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .and_then(|fd| reactor_stream(fd, StdioEnd::Write));
+        match (input, output) {
+            (Some(ReactorStream::Read(input)), Some(ReactorStream::Write(output))) => {
+                return (input, output);
+            }
+            (Some(ReactorStream::Read(input)), _) => return (input, Box::new(tokio::io::stdout())),
+            (_, Some(ReactorStream::Write(output))) => {
+                return (Box::new(tokio::io::stdin()), output);
+            }
+            _ => {}
+        }
+    }
+    (Box::new(tokio::io::stdin()), Box::new(tokio::io::stdout()))
+}
+
+#[cfg(unix)]
+#[derive(Clone, Copy)]
+enum StdioEnd {
+    Read,
+    Write,
+}
+
+#[cfg(unix)]
+enum ReactorStream {
+    Read(Box<dyn AsyncRead + Unpin + Send>),
+    Write(Box<dyn AsyncWrite + Unpin + Send>),
+}
+
+/// `fd` (a duplicate of stdin or stdout) registered with the reactor, if
+/// it is a pipe or a socket; `None` leaves the end to tokio's stdio.
+#[cfg(unix)]
+fn reactor_stream(fd: std::os::fd::OwnedFd, end: StdioEnd) -> Option<ReactorStream> {
+    use std::os::unix::fs::FileTypeExt;
+    let file = std::fs::File::from(fd);
+    let kind = file.metadata().ok()?.file_type();
+    let fd = std::os::fd::OwnedFd::from(file);
+    if kind.is_fifo() {
+        // Checks the access mode and sets O_NONBLOCK.
+        return match end {
+            StdioEnd::Read => tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+                .ok()
+                .map(|r| ReactorStream::Read(Box::new(r))),
+            StdioEnd::Write => tokio::net::unix::pipe::Sender::from_owned_fd(fd)
+                .ok()
+                .map(|w| ReactorStream::Write(Box::new(w))),
+        };
+    }
+    if kind.is_socket() {
+        let socket = std::os::unix::net::UnixStream::from(fd);
+        socket.set_nonblocking(true).ok()?;
+        let stream = tokio::net::UnixStream::from_std(socket).ok()?;
+        return Some(match end {
+            StdioEnd::Read => ReactorStream::Read(Box::new(stream)),
+            StdioEnd::Write => ReactorStream::Write(Box::new(stream)),
+        });
+    }
+    None
+}
+
 /// Starts the guard between `input`/`output` (the process's stdin and
 /// stdout) and returns the pair the SDK serves on.
 pub(crate) fn guard<R, W>(input: R, output: W) -> (DuplexStream, DuplexStream)

@@ -1,6 +1,7 @@
 //! MCP over stdio: one client on stdin/stdout.
 
 use super::{Gateway, GatewayError};
+use crate::stdio_guard;
 
 use rmcp::ServiceExt;
 use tracing::info;
@@ -11,9 +12,10 @@ impl Gateway {
     /// # Errors
     /// [`GatewayError::Stdio`] when the handshake fails.
     pub async fn serve_stdio(&self) -> Result<(), GatewayError> {
+        let (input, output) = stdio_guard::process_stdio();
         // The handshake waits on the client: a shutdown must end it too.
         let running = tokio::select! {
-            r = self.session().serve(crate::stdio_guard::guard(tokio::io::stdin(), tokio::io::stdout())) => {
+            r = self.session().serve(stdio_guard::guard(input, output)) => {
                 r.map_err(|e| GatewayError::Stdio(e.to_string()))?
             }
             _ = self.shared.shutdown.cancelled() => {
