@@ -103,6 +103,16 @@ fn snapshots(c: &mut Criterion) {
             vm.settle(id, Settlement::Resolve(json!(null))).unwrap()
         })
     });
+    // What a long-waiting run's live copy costs: packing (off the suspend
+    // path, by the reaper) and unpacking (on `wait`).
+    let packed = snapshot.pack();
+    eprintln!(
+        "packed in memory: {} bytes (raw {})",
+        packed.size_bytes(),
+        snapshot.size_bytes()
+    );
+    c.bench_function("snapshot_pack", |b| b.iter(|| snapshot.pack()));
+    c.bench_function("snapshot_unpack", |b| b.iter(|| packed.unpack().unwrap()));
     c.bench_function("snapshot_to_bytes_and_back", |b| {
         b.iter(|| {
             Snapshot::from_bytes(

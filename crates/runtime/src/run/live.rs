@@ -24,7 +24,7 @@ use crate::run::state::RunState;
 /// How long a run waits before its live snapshot is packed: runs resumed
 /// at once (a client that waits in a loop) keep the raw pages and resume
 /// without decompressing; a run that waits for a model's next turn holds
-/// about a third of the memory.
+/// about a third of the memory, and its `wait` pays ~0.14 ms to unpack.
 pub(crate) const PACK_AFTER: Duration = Duration::from_secs(1);
 
 /// A waiting run's VM memory as this process holds it: as suspended, then
