@@ -193,6 +193,21 @@ fn ci() -> Result<()> {
     // A short soak of the debug gateway under hostile load; the long one
     // (release, figures for BENCHMARKS.md) is `cargo xtask soak`.
     soak(&["10".into(), "--debug".into(), "--check".into()])?;
+    // The side-by-side gateway bench, briefly, on the same debug binary:
+    // every system answers every workload right and the RSS probe runs
+    // (the figures for BENCHMARKS.md come from a release run).
+    run(Command::new("node")
+        .current_dir(root.join("e2e"))
+        .args([
+            "bench-gateway.mjs",
+            "--rounds",
+            "3",
+            "--cold",
+            "1",
+            "--held",
+            "20",
+        ])
+        .env("CODEMODE_BIN", root.join("target/debug/codemode")))?;
     Ok(())
 }
 
