@@ -18,7 +18,8 @@
 //!   on lost results, failed normal cells or leaked processes.
 //! - `ci`: the whole test suite, exactly as CI runs it: rebuild the guest from
 //!   source, install the npm components, then format check, clippy (host and
-//!   guest) and all tests against the rebuilt module.
+//!   guest) and all tests against the rebuilt module, a 10 s soak and a
+//!   3-round pass of the side-by-side gateway bench.
 
 use std::path::Path;
 use std::process::Command;
