@@ -22,13 +22,13 @@ const auth = { headers: { authorization: `Bearer ${ALICE}` } };
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A gateway config over the slow server, logging its calls to `log`. */
-function durableConfig(dir, name, { timeoutMs, log }) {
+function durableConfig(dir, name, { timeoutMs, log, startMs }) {
   const path = join(dir, `${name}.json`);
   writeFileSync(path, JSON.stringify({
     tools: { codeMode: { enabled: true, timeoutMs } },
     auth: { bearerTokens: [{ name: "alice", token: ALICE }] },
     mcpServers: {
-      slow: { command: process.execPath, args: [join(here, "servers/slow.mjs")], env: { SLOW_LOG: log } },
+      slow: { command: process.execPath, args: [join(here, "servers/slow.mjs")], env: { SLOW_LOG: log, ...(startMs ? { SLOW_START_MS: String(startMs) } : {}) } },
     },
   }));
   return path;
@@ -96,6 +96,34 @@ describe("the embedded file store", () => {
     // The run is over: it is gone from the store too.
     const again = await wait(client.client, started.runId);
     assert.equal(again.code, "invalid_input");
+    await client.close();
+    await gateway.stop();
+  });
+
+  test("a wait sent right after a restart, while the upstream still starts, resumes a run that calls it again", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "codemode-durable-"));
+    const log = join(dir, "calls.log");
+    const store = ["--store", `file:${join(dir, "runs.db")}`];
+    let gateway = await startHttpGateway(durableConfig(dir, "gateway", { timeoutMs: 800, log }), { args: store });
+    let client = await connectHttp(gateway.url, auth);
+    const started = await exec(client.client, `
+      const first = (await MCP.slow.sleep({ ms: 1200, tag: "first" })).content[0].text;
+      return [first, (await MCP.slow.sleep({ ms: 1, tag: "after" })).content[0].text];`);
+    assert.equal(started.status, "waiting", JSON.stringify(started));
+    for (let i = 0; !lines(log).includes("done first"); i++) {
+      assert.ok(i < 300, "the first call never answered");
+      await sleep(50);
+    }
+    await sleep(300);
+    await client.close().catch(() => {});
+    await gateway.kill();
+
+    // The upstream takes 1.5 s to start; the wait comes at once.
+    gateway = await startHttpGateway(durableConfig(dir, "restarted", { timeoutMs: 8000, log, startMs: 1500 }), { args: store });
+    client = await connectHttp(gateway.url, auth);
+    const resumed = await wait(client.client, started.runId);
+    assert.equal(resumed.status, "completed", JSON.stringify(resumed));
+    assert.deepEqual(resumed.value, ["slept first", "slept after"]);
     await client.close();
     await gateway.stop();
   });

@@ -366,3 +366,40 @@ for (const transport of ["stdio", "http"]) {
     }
   });
 }
+
+// A client that connects while an upstream is still starting: every one of
+// its first cells, sent at once, waits for the start and sees the server
+// (none may run with the catalog the session opened with, which has no
+// servers yet).
+describe("sessions opened before the upstreams started", () => {
+  let gateway;
+  before(async () => {
+    const dir = mkdtempSync(join(tmpdir(), "codemode-early-"));
+    const path = join(dir, "gateway.json");
+    writeFileSync(path, JSON.stringify({
+      tools: { codeMode: { enabled: true, timeoutMs: 5000 } },
+      mcpServers: {
+        slow: { command: process.execPath, args: [join(here, "servers/slow.mjs")], env: { SLOW_START_MS: "1500" } },
+      },
+    }));
+    gateway = await startHttpGateway(path);
+  });
+  after(async () => {
+    await gateway?.stop();
+  });
+
+  test("concurrent first cells all wait for the start and see the server", async () => {
+    const sessions = await Promise.all(Array.from({ length: 3 }, () => connectHttp(gateway.url)));
+    try {
+      const cells = sessions.flatMap((s, i) => Array.from({ length: 8 }, (_, k) =>
+        exec(s.client, `return (await MCP.slow.sleep({ ms: 1, tag: "t${i}-${k}" })).content[0].text`)));
+      const results = await Promise.all(cells);
+      results.forEach((r, n) => {
+        assert.equal(r.status, "completed", JSON.stringify(r));
+        assert.equal(r.value, `slept t${Math.floor(n / 8)}-${n % 8}`);
+      });
+    } finally {
+      await Promise.all(sessions.map((s) => s.close()));
+    }
+  });
+});

@@ -3,6 +3,8 @@
 // after `ms`. Every call that starts is appended to the file SLOW_LOG
 // names (`start <tag>`, and `done <tag>` as it answers), so a test can
 // tell that no call ran twice, even across gateway processes.
+// SLOW_START_MS delays the server's start (clients opened meanwhile meet a
+// gateway whose upstream is still starting).
 import { appendFileSync } from "node:fs";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
@@ -19,4 +21,5 @@ server.registerTool("sleep", {
   if (process.env.SLOW_LOG) appendFileSync(process.env.SLOW_LOG, `done ${tag}\n`);
   return { content: [{ type: "text", text: `slept ${tag}` }] };
 });
+if (process.env.SLOW_START_MS) await new Promise((resolve) => setTimeout(resolve, Number(process.env.SLOW_START_MS)));
 await server.connect(new StdioServerTransport());

@@ -273,7 +273,7 @@ impl Gateway {
             session: Arc::new(session),
             peer,
             approver,
-            catalog_version: AtomicU64::new(catalog_version),
+            catalog_version: std::sync::Mutex::new(catalog_version),
             ended: self.shared.shutdown.child_token(),
         }
     }

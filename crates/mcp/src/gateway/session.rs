@@ -3,8 +3,8 @@
 //! answers tasks.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use codemode_runtime::{CodeModeResult, CodeModeSession};
 use rmcp::model::{
@@ -42,7 +42,11 @@ pub struct GatewaySession {
     pub(super) peer: Arc<OnceLock<Peer<RoleServer>>>,
     /// Asks the client about calls needing approval.
     pub(super) approver: Arc<crate::approvals::ClientApprover>,
-    pub(super) catalog_version: AtomicU64,
+    /// The upstream catalog version the session's catalog was built from.
+    /// A lock, not an atomic: a concurrent exec must not see the new
+    /// version before the new catalog is in place (it would run with the
+    /// old one — on a session opened before the servers started, none).
+    pub(super) catalog_version: Mutex<u64>,
     /// Cancelled when the session ends: stops its list-changed watcher.
     pub(super) ended: CancellationToken,
 }
@@ -68,10 +72,17 @@ impl GatewaySession {
     /// (waiting for servers still starting).
     async fn refresh_catalog(&self) {
         self.shared.upstreams.started().await;
+        let mut held = self
+            .catalog_version
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The version before the catalog (a newer catalog under an older
+        // version only costs one more refresh).
         let version = self.shared.upstreams.version();
-        if self.catalog_version.swap(version, Ordering::SeqCst) != version {
+        if *held != version {
             self.session
                 .replace_catalog(self.shared.upstreams.catalog());
+            *held = version;
         }
     }
 
@@ -338,8 +349,11 @@ impl ServerHandler for GatewaySession {
                     };
                     return self.converse(work, modes, answered, answers).await;
                 }
+                // `wait` too: a run rebuilt from the store after a restart
+                // takes the session's catalog, which must hold the servers
+                // once they started.
+                self.refresh_catalog().await;
                 Ok(if tool == "exec" {
-                    self.refresh_catalog().await;
                     self.session.exec_call(&call_id, &input, options).await
                 } else {
                     self.session.wait_call(&call_id, &input, options).await
