@@ -41,6 +41,7 @@
 pub mod admin;
 mod approvals;
 pub mod auth;
+mod challenge;
 pub mod config;
 pub mod data_dir;
 pub mod gateway;

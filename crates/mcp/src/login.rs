@@ -5,7 +5,12 @@
 //! 8414), the client registers itself when the server offers dynamic
 //! client registration and no `clientId` is configured, the user's browser
 //! is sent to the authorization URL, and the redirect comes back to a
-//! listener on loopback. The token lands in the server's [`TokenFile`];
+//! listener on loopback. Discovery starts from the challenge an
+//! unauthenticated MCP request gets (its `resource_metadata` and `scope`);
+//! a client ID metadata document (`clientMetadataUrl`) is used where the
+//! authorization server supports one. After the gateway met a 403
+//! `insufficient_scope`, the next login asks for the scopes the last one
+//! had plus the missing ones. The token lands in the server's [`TokenFile`];
 //! the gateway uses and refreshes it from there.
 //!
 //! This module never prints or logs a token or a code: the caller gets the
@@ -63,6 +68,7 @@ pub async fn login(
                 client_secret,
                 scopes,
                 redirect_port,
+                client_metadata_url,
             }),
         ..
     } = &server.transport
@@ -94,14 +100,23 @@ pub async fn login(
     manager.set_credential_store(tokens.clone());
     let mut state = OAuthState::Unauthorized(manager);
     let mut request = AuthorizationRequest::new(&redirect_uri).with_client_name("codemode");
+    // Where the server says its metadata is, and which scope it wants: the
+    // challenge of a real MCP request (a GET may not reach the endpoint's
+    // auth at all).
+    if let Some(challenge) = challenge_of(url).await {
+        request = request.with_challenge(challenge);
+    }
+    let scopes = scopes_to_ask(scopes, &tokens);
     if !scopes.is_empty() {
-        request = request.with_scopes(scopes.iter().map(String::as_str));
+        request = request.with_scopes(scopes);
     }
     if let Some(id) = client_id {
         request = request.with_preregistered_client(id);
         if let Some(secret) = client_secret {
             request = request.with_client_secret(secret.expose());
         }
+    } else if let Some(metadata_url) = client_metadata_url {
+        request = request.with_client_metadata_url(metadata_url);
     }
     state
         .start_authorization(request)
@@ -143,11 +158,84 @@ pub async fn login(
         .get_credentials()
         .await
         .map_err(|e| fail(format!("no token after the exchange: {e}")))?;
+    tokens
+        .clear_wanted_scopes()
+        .map_err(|e| fail(format!("updating the token file: {e}")))?;
     Ok(LoggedIn {
         token_file: tokens.path().to_path_buf(),
         client_id,
     })
 }
+
+/// The scopes a login asks for: the configured ones (none: the SDK picks
+/// from the challenge and the server's metadata); after the server refused
+/// a call for lack of scope, what the last login had plus what it lacked
+/// (asking for the union keeps what already worked working).
+fn scopes_to_ask(configured: &[String], tokens: &TokenFile) -> Vec<String> {
+    let wanted = tokens.wanted_scopes();
+    if wanted.is_empty() {
+        return configured.to_vec();
+    }
+    let mut scopes = if configured.is_empty() {
+        tokens.granted_scopes()
+    } else {
+        configured.to_vec()
+    };
+    for scope in wanted {
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
+    scopes
+}
+
+/// The `WWW-Authenticate` header an unauthenticated MCP `initialize` POST
+/// gets from `url`, if it is refused (401/403); `None` when it is not or
+/// the server cannot be reached (discovery then goes by the well-known
+/// metadata paths).
+async fn challenge_of(url: &str) -> Option<String> {
+    let initialize = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": { "name": "codemode", "version": env!("CARGO_PKG_VERSION") },
+        },
+    });
+    let client = crate::upstream_http::reqwest_client();
+    let response = client
+        .post(url)
+        .header(http::header::ACCEPT, "application/json, text/event-stream")
+        .timeout(CHALLENGE_PROBE_TIMEOUT)
+        .json(&initialize)
+        .send()
+        .await
+        .ok()?;
+    let status = response.status();
+    if status != reqwest::StatusCode::UNAUTHORIZED && status != reqwest::StatusCode::FORBIDDEN {
+        // Let in without a token: end the session it may have opened.
+        if let Some(session) = response.headers().get("mcp-session-id").cloned() {
+            let _ = client
+                .delete(url)
+                .header("mcp-session-id", session)
+                .timeout(CHALLENGE_PROBE_TIMEOUT)
+                .send()
+                .await;
+        }
+        return None;
+    }
+    let headers = response.headers().get_all(http::header::WWW_AUTHENTICATE);
+    let values: Vec<&str> = headers.iter().filter_map(|v| v.to_str().ok()).collect();
+    values
+        .iter()
+        .find(|v| v.to_ascii_lowercase().contains("resource_metadata"))
+        .or_else(|| values.first())
+        .map(|v| (*v).to_owned())
+}
+
+const CHALLENGE_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Removes `server`'s stored token; `Ok(false)` when there was none.
 pub fn logout(server: &McpServerConfig, data_dir: PathBuf) -> Result<bool, LoginError> {

@@ -28,6 +28,11 @@ pub(crate) struct TokenFile {
 struct Contents {
     url: String,
     credentials: StoredCredentials,
+    /// Scopes the server refused a call for (403 `insufficient_scope`)
+    /// that the stored token lacks: the next `codemode login` asks for
+    /// them on top of what it had.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    wanted_scopes: Vec<String>,
 }
 
 impl TokenFile {
@@ -61,6 +66,11 @@ impl TokenFile {
     }
 
     fn read(&self) -> Result<Option<StoredCredentials>, String> {
+        Ok(self.contents()?.map(|contents| contents.credentials))
+    }
+
+    /// The file's contents when it holds a token for this URL.
+    fn contents(&self) -> Result<Option<Contents>, String> {
         let text = match fs::read_to_string(&self.path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -72,21 +82,75 @@ impl TokenFile {
                 self.path.display()
             )
         })?;
-        Ok((contents.url == self.url).then_some(contents.credentials))
+        Ok((contents.url == self.url).then_some(contents))
     }
 
+    /// Scopes a call was refused for that the stored token lacks (see
+    /// [`TokenFile::want_scopes`]); empty when none or no token.
+    pub(crate) fn wanted_scopes(&self) -> Vec<String> {
+        self.contents()
+            .ok()
+            .flatten()
+            .map(|contents| contents.wanted_scopes)
+            .unwrap_or_default()
+    }
+
+    /// The scopes the stored token was granted (or, when the server did
+    /// not say, requested with).
+    pub(crate) fn granted_scopes(&self) -> Vec<String> {
+        self.contents()
+            .ok()
+            .flatten()
+            .map(|contents| contents.credentials.granted_scopes)
+            .unwrap_or_default()
+    }
+
+    /// Records scopes the server asked for that the stored token lacks, for
+    /// the next `codemode login`. Nothing happens without a stored token.
+    pub(crate) fn want_scopes(&self, scopes: &[String]) -> Result<(), String> {
+        let _lock = self.lock()?;
+        let Some(mut contents) = self.contents()? else {
+            return Ok(());
+        };
+        for scope in scopes {
+            if !contents.wanted_scopes.contains(scope) {
+                contents.wanted_scopes.push(scope.clone());
+            }
+        }
+        self.write_contents(&contents)
+    }
+
+    /// Forgets the wanted scopes (a new login asked for them).
+    pub(crate) fn clear_wanted_scopes(&self) -> Result<(), String> {
+        let _lock = self.lock()?;
+        match self.contents()? {
+            Some(mut contents) if !contents.wanted_scopes.is_empty() => {
+                contents.wanted_scopes.clear();
+                self.write_contents(&contents)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes a new token; the scopes wanted for the next login stay.
     fn write(&self, credentials: StoredCredentials) -> Result<(), String> {
+        let wanted_scopes = self.wanted_scopes();
+        self.write_contents(&Contents {
+            url: self.url.clone(),
+            credentials,
+            wanted_scopes,
+        })
+    }
+
+    fn write_contents(&self, contents: &Contents) -> Result<(), String> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
             .map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let text = serde_json::to_vec_pretty(&Contents {
-            url: self.url.clone(),
-            credentials,
-        })
-        .map_err(|e| format!("encoding the token file: {e}"))?;
+        let text = serde_json::to_vec_pretty(contents)
+            .map_err(|e| format!("encoding the token file: {e}"))?;
         let temporary = self
             .path
             .with_extension(format!("json.{}.tmp", std::process::id()));
@@ -209,6 +273,35 @@ mod tests {
         let err = file.load().await.unwrap_err().to_string();
         assert!(err.contains("log in again"), "{err}");
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn wanted_scopes_outlive_a_refresh_and_need_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = TokenFile::new(dir.path(), "crm", "https://crm.example.com/mcp");
+        // No token: nothing to widen, nothing written.
+        file.want_scopes(&["write".into()]).unwrap();
+        assert!(!file.path().exists());
+        file.save(credentials("client-1")).await.unwrap();
+        assert_eq!(file.granted_scopes(), vec!["read".to_owned()]);
+        file.want_scopes(&["write".into(), "read".into()]).unwrap();
+        file.want_scopes(&["write".into()]).unwrap();
+        assert_eq!(
+            file.wanted_scopes(),
+            vec!["write".to_owned(), "read".to_owned()]
+        );
+        // A refreshed token (saved by the SDK) keeps them for the next login.
+        file.save(credentials("client-1")).await.unwrap();
+        assert_eq!(file.wanted_scopes().len(), 2);
+        assert_eq!(
+            file.load().await.unwrap().map(|c| c.client_id).as_deref(),
+            Some("client-1")
+        );
+        file.clear_wanted_scopes().unwrap();
+        assert!(file.wanted_scopes().is_empty());
+        // Another URL's file does not lend its scopes.
+        let moved = TokenFile::new(dir.path(), "crm", "https://evil.example.com/mcp");
+        assert!(moved.wanted_scopes().is_empty() && moved.granted_scopes().is_empty());
     }
 
     #[test]

@@ -87,6 +87,10 @@ pub struct Upstream {
     progress: ProgressRoutes,
     /// Where the server's requests to its client are relayed.
     clients: Arc<crate::relay::ClientDirectory>,
+    /// What to do when the server refuses the connection's OAuth token;
+    /// set by each OAuth handshake.
+    #[cfg(feature = "oauth")]
+    reauthorization: Mutex<Option<Arc<crate::upstream_oauth::Reauthorization>>>,
 }
 
 /// Kills a stdio server's whole process group when dropped: a child that
@@ -415,6 +419,8 @@ impl Upstream {
             shutdown,
             progress: ProgressRoutes::default(),
             clients,
+            #[cfg(feature = "oauth")]
+            reauthorization: Mutex::new(None),
         });
         tokio::spawn(Arc::clone(&upstream).supervise());
         upstream
@@ -728,10 +734,11 @@ impl Upstream {
                     }
                     #[cfg(feature = "oauth")]
                     Some(oauth) => {
-                        let client =
+                        let (client, reauthorization) =
                             crate::upstream_oauth::authorized_client(name, url, oauth, http)
                                 .await
                                 .map_err(Handshake::Other)?;
+                        *lock(&self.reauthorization) = Some(Arc::new(reauthorization));
                         handler
                             .serve_with_lifecycle(
                                 StreamableHttpClientTransport::with_client(client, config),
@@ -803,84 +810,102 @@ impl Upstream {
         let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(input);
         crate::upstream_http::set_trace_context(&mut params);
         let left = limit.saturating_sub(started.elapsed());
-        let peer = connection.peer.clone();
-        let routes = Arc::clone(&self.progress);
-        let clients = Arc::clone(&self.clients);
-        let server = name.clone();
-        let call = async move {
-            let mut params = params;
-            for _round in 0..MAX_INPUT_ROUNDS {
-                // The call counts as in flight from before it is sent: a
-                // fast server may ask for elicitation before the send
-                // returns the progress token, and must find this session.
-                let sending = ProgressRoute::insert(
-                    &routes,
-                    format!("sending:{}", NEXT_SENDING.fetch_add(1, Ordering::Relaxed)),
-                    InFlightCall {
-                        progress: None,
-                        session: session.map(str::to_owned),
-                    },
-                );
-                // Sent by hand (not `peer.call_tool`) to learn the progress
-                // token the SDK gives the request: the server's progress of
-                // this call goes to whoever follows the run.
-                let handle = peer
-                    .send_request_with_option(
-                        rmcp::model::ClientRequest::CallToolRequest(rmcp::model::Request::new(
-                            params.clone(),
-                        )),
-                        rmcp::service::PeerRequestOptions::no_options(),
-                    )
-                    .await?;
-                let _route = ProgressRoute::insert(
-                    &routes,
-                    token_key(&handle.progress_token),
-                    InFlightCall {
-                        progress: progress.cloned(),
-                        session: session.map(str::to_owned),
-                    },
-                );
-                drop(sending);
-                // Dropped unanswered (timeout, cancellation): the server is told.
-                let mut abandoned = CancelOnDrop {
-                    peer: Some(peer.clone()),
-                    id: handle.id.clone(),
-                };
-                let answer = handle.await_response().await;
-                abandoned.peer = None;
-                match answer? {
-                    rmcp::model::ServerResult::CallToolResult(result) => return Ok(result),
-                    // A 2026 server asks its client for input in the result
-                    // (MRTR): elicitations go to the client whose run made the
-                    // call, and the call is sent again with the answers.
-                    rmcp::model::ServerResult::InputRequiredResult(asked) => {
-                        let sessions: Vec<String> =
-                            session.iter().map(|s| (*s).to_owned()).collect();
-                        let responses = answer_input_requests(
-                            &clients,
-                            &server,
-                            &sessions,
-                            asked.input_requests,
+        let call = |params: CallToolRequestParams| {
+            let peer = connection.peer.clone();
+            let routes = Arc::clone(&self.progress);
+            let clients = Arc::clone(&self.clients);
+            let server = name.clone();
+            async move {
+                let mut params = params;
+                for _round in 0..MAX_INPUT_ROUNDS {
+                    // The call counts as in flight from before it is sent: a
+                    // fast server may ask for elicitation before the send
+                    // returns the progress token, and must find this session.
+                    let sending = ProgressRoute::insert(
+                        &routes,
+                        format!("sending:{}", NEXT_SENDING.fetch_add(1, Ordering::Relaxed)),
+                        InFlightCall {
+                            progress: None,
+                            session: session.map(str::to_owned),
+                        },
+                    );
+                    // Sent by hand (not `peer.call_tool`) to learn the progress
+                    // token the SDK gives the request: the server's progress of
+                    // this call goes to whoever follows the run.
+                    let handle = peer
+                        .send_request_with_option(
+                            rmcp::model::ClientRequest::CallToolRequest(rmcp::model::Request::new(
+                                params.clone(),
+                            )),
+                            rmcp::service::PeerRequestOptions::no_options(),
                         )
                         .await?;
-                        params = params.with_input_responses(responses);
-                        if let Some(state) = asked.request_state {
-                            params = params.with_request_state(state);
+                    let _route = ProgressRoute::insert(
+                        &routes,
+                        token_key(&handle.progress_token),
+                        InFlightCall {
+                            progress: progress.cloned(),
+                            session: session.map(str::to_owned),
+                        },
+                    );
+                    drop(sending);
+                    // Dropped unanswered (timeout, cancellation): the server is told.
+                    let mut abandoned = CancelOnDrop {
+                        peer: Some(peer.clone()),
+                        id: handle.id.clone(),
+                    };
+                    let answer = handle.await_response().await;
+                    abandoned.peer = None;
+                    match answer? {
+                        rmcp::model::ServerResult::CallToolResult(result) => return Ok(result),
+                        // A 2026 server asks its client for input in the result
+                        // (MRTR): elicitations go to the client whose run made the
+                        // call, and the call is sent again with the answers.
+                        rmcp::model::ServerResult::InputRequiredResult(asked) => {
+                            let sessions: Vec<String> =
+                                session.iter().map(|s| (*s).to_owned()).collect();
+                            let responses = answer_input_requests(
+                                &clients,
+                                &server,
+                                &sessions,
+                                asked.input_requests,
+                            )
+                            .await?;
+                            params = params.with_input_responses(responses);
+                            if let Some(state) = asked.request_state {
+                                params = params.with_request_state(state);
+                            }
                         }
+                        _ => return Err(rmcp::ServiceError::UnexpectedResponse),
                     }
-                    _ => return Err(rmcp::ServiceError::UnexpectedResponse),
                 }
-            }
-            Err(rmcp::ServiceError::McpError(
-                rmcp::ErrorData::internal_error(
-                    format!(
-                        "the server asked for input more than {MAX_INPUT_ROUNDS} times in one call"
+                Err(rmcp::ServiceError::McpError(
+                    rmcp::ErrorData::internal_error(
+                        format!(
+                            "the server asked for input more than {MAX_INPUT_ROUNDS} times in one call"
+                        ),
+                        None,
                     ),
-                    None,
-                ),
-            ))
+                ))
+            }
         };
-        match tokio::time::timeout(left, call).await {
+        let what = format!("tool `{tool}`");
+        // A token the server refuses may be replaced (client credentials):
+        // then the call goes once more.
+        let attempt = async {
+            let error = match call(params.clone()).await {
+                Ok(result) => return Ok(result),
+                Err(error) => error,
+            };
+            match self.refused_token(&error).await {
+                Some(Ok(())) => call(params)
+                    .await
+                    .map_err(|e| self.service_error(&what, &e)),
+                Some(Err(refusal)) => Err(refusal),
+                None => Err(self.service_error(&what, &error)),
+            }
+        };
+        match tokio::time::timeout(left, attempt).await {
             Ok(Ok(mut result)) => {
                 // The wire form older clients know: no `resultType`.
                 result.result_type = None;
@@ -890,9 +915,9 @@ impl Upstream {
                     ))
                 })
             }
-            Ok(Err(e)) => Err(self.service_error(&format!("tool `{tool}`"), &e)),
+            Ok(Err(e)) => Err(e),
             Err(_) => {
-                self.check_alive(connection);
+                self.check_alive(Arc::clone(&connection));
                 Err(UpstreamError(format!(
                     "MCP server `{name}`: tool `{tool}` did not answer within {} ms (timeoutMs); the call was cancelled",
                     limit.as_millis()
@@ -959,7 +984,10 @@ impl Upstream {
             Ok(Ok(Err(e))) => Err(UpstreamError(format!(
                 "MCP server `{name}`: {what}: unreadable result: {e}"
             ))),
-            Ok(Err(e)) => Err(self.service_error(what, &e)),
+            Ok(Err(e)) => Err(match self.refused_token(&e).await {
+                Some(Err(refusal)) => refusal,
+                _ => self.service_error(what, &e),
+            }),
             Err(_) => {
                 self.check_alive(connection);
                 Err(UpstreamError(format!(
@@ -970,11 +998,53 @@ impl Upstream {
         }
     }
 
+    /// A request the server refused for its token (401, or 403
+    /// `insufficient_scope`): `Some(Ok(()))` when a new token is in place
+    /// and the request may go once more, `Some(Err(_))` saying why not and
+    /// what to do; `None` for other failures. The connection stays either
+    /// way: the refusal is this request's, not the server's end.
+    async fn refused_token(&self, error: &rmcp::ServiceError) -> Option<Result<(), UpstreamError>> {
+        let challenge = crate::challenge::BearerChallenge::parse(error.auth_challenge()?);
+        #[cfg(feature = "oauth")]
+        {
+            let reauthorization = lock(&self.reauthorization).clone();
+            if let Some(reauthorization) = reauthorization {
+                use crate::upstream_oauth::Refused;
+                return Some(
+                    match reauthorization.refused(&self.config.name, &challenge).await {
+                        Refused::Retry => Ok(()),
+                        Refused::Fail(message) => Err(UpstreamError(message)),
+                    },
+                );
+            }
+        }
+        let name = &self.config.name;
+        let scope = if challenge.scopes.is_empty() {
+            String::new()
+        } else {
+            format!(" (it asks for scope `{}`)", challenge.scopes.join(" "))
+        };
+        Some(Err(UpstreamError(if challenge.is_insufficient_scope() {
+            format!(
+                "MCP server `{name}` refuses this request for lack of scope{scope}: the credentials in its `headers` do not carry it; give the gateway credentials that do, or configure `oauth`"
+            )
+        } else {
+            format!(
+                "MCP server `{name}` refused the gateway's credentials (401){scope}: check the `headers` of its config, or configure `oauth`"
+            )
+        })))
+    }
+
     fn service_error(&self, what: &str, error: &rmcp::ServiceError) -> UpstreamError {
         let name = &self.config.name;
         match error {
             rmcp::ServiceError::McpError(data) => {
                 UpstreamError(format!("MCP server `{name}`: {what}: {}", data.message))
+            }
+            rmcp::ServiceError::TransportSend(_) if error.auth_challenge().is_some() => {
+                UpstreamError(format!(
+                    "MCP server `{name}`: {what}: the server refused the access token again after a new one was got"
+                ))
             }
             rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
                 UpstreamError(format!(

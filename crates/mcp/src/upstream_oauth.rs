@@ -7,7 +7,11 @@
 //! client-credentials token is replaced with the same grant before it
 //! expires; a user's token is refreshed with its refresh token (keeping
 //! `resource` and the granted scopes) and the new one written back to the
-//! file. Secrets and tokens are never logged or shown.
+//! file. When the upstream refuses a call's token ([`Reauthorization`]),
+//! a client-credentials token is got again (with the scopes the server
+//! asked for added) and the call retried once; a stored login records the
+//! missing scopes for the next `codemode login`, and the call fails saying
+//! so. Secrets and tokens are never logged or shown.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -18,18 +22,20 @@ use rmcp::transport::auth::{
 };
 use tracing::{debug, warn};
 
+use crate::challenge::BearerChallenge;
 use crate::config::UpstreamOAuth;
 use crate::token_store::TokenFile;
 use crate::upstream_error::UpstreamError;
 use crate::upstream_http::TraceHeaders;
 
-/// An HTTP client for `url` that carries access tokens got as `oauth` says.
+/// An HTTP client for `url` that carries access tokens got as `oauth` says,
+/// and what to do when the server refuses them.
 pub(crate) async fn authorized_client(
     server: &str,
     url: &str,
     oauth: &UpstreamOAuth,
     http: TraceHeaders,
-) -> Result<AuthClient<TraceHeaders>, UpstreamError> {
+) -> Result<(AuthClient<TraceHeaders>, Reauthorization), UpstreamError> {
     crate::install_tls_provider();
     let (client_id, client_secret, scopes) = match oauth {
         UpstreamOAuth::ClientCredentials {
@@ -38,7 +44,9 @@ pub(crate) async fn authorized_client(
             scopes,
         } => (client_id, client_secret, scopes),
         UpstreamOAuth::AuthorizationCode { client_secret, .. } => {
-            return stored_authorization(server, url, client_secret.as_ref(), http).await;
+            let client = stored_authorization(server, url, client_secret.as_ref(), http).await?;
+            let tokens = token_file(server, url)?;
+            return Ok((client, Reauthorization::StoredLogin { tokens }));
         }
     };
     let fail = |what: &str, e: &dyn std::fmt::Display| {
@@ -52,11 +60,12 @@ pub(crate) async fn authorized_client(
         scopes: scopes.clone(),
         resource: Some(url.to_owned()),
     };
+    let grant = Arc::new(std::sync::Mutex::new(grant));
     let mut state = OAuthState::new(url, None)
         .await
         .map_err(|e| fail("preparing the OAuth client failed", &e))?;
     state
-        .authenticate_client_credentials(grant.clone())
+        .authenticate_client_credentials(current(&grant))
         .await
         .map_err(|e| fail("getting an access token failed", &e))?;
     let manager = state.into_authorization_manager().ok_or_else(|| {
@@ -68,9 +77,157 @@ pub(crate) async fn authorized_client(
     renew_before_expiry(
         server.to_owned(),
         Arc::downgrade(&client.auth_manager),
-        grant,
+        Arc::clone(&grant),
     );
-    Ok(client)
+    let reauthorization = Reauthorization::ClientCredentials {
+        manager: Arc::downgrade(&client.auth_manager),
+        grant,
+    };
+    Ok((client, reauthorization))
+}
+
+/// The grant as it stands (scopes grow when the server asks for more).
+fn current(grant: &std::sync::Mutex<ClientCredentialsConfig>) -> ClientCredentialsConfig {
+    grant
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+fn grant_scopes(grant: &ClientCredentialsConfig) -> &[String] {
+    match grant {
+        ClientCredentialsConfig::ClientSecret { scopes, .. } => scopes,
+        #[allow(unreachable_patterns, reason = "other grants behind SDK features")]
+        _ => &[],
+    }
+}
+
+/// What the gateway can do when an upstream refuses a call's token: a 401
+/// the SDK's own refresh did not cure, or a 403 `insufficient_scope`.
+pub(crate) enum Reauthorization {
+    /// Client credentials: a new token (with the challenged scopes added
+    /// to the grant), then the call once more.
+    ClientCredentials {
+        manager: Weak<tokio::sync::Mutex<AuthorizationManager>>,
+        grant: Arc<std::sync::Mutex<ClientCredentialsConfig>>,
+    },
+    /// A user's stored login: only the user can authorize more, so the
+    /// missing scopes are recorded for the next `codemode login`.
+    StoredLogin { tokens: TokenFile },
+}
+
+/// The answer to a refused token.
+pub(crate) enum Refused {
+    /// A new token is in place: send the call again (once).
+    Retry,
+    /// The call fails with this (it says what to do).
+    Fail(String),
+}
+
+impl Reauthorization {
+    /// Reacts to `challenge`, the server's `WWW-Authenticate` on refusing
+    /// a call of `server`.
+    pub(crate) async fn refused(&self, server: &str, challenge: &BearerChallenge) -> Refused {
+        let wanted = challenge.scopes.join(" ");
+        match self {
+            Reauthorization::ClientCredentials { manager, grant } => {
+                let mut widened = current(grant);
+                if challenge.is_insufficient_scope() {
+                    let had = grant_scopes(&widened).to_vec();
+                    let missing: Vec<String> = challenge
+                        .scopes
+                        .iter()
+                        .filter(|scope| !had.contains(scope))
+                        .cloned()
+                        .collect();
+                    if missing.is_empty() {
+                        return Refused::Fail(format!(
+                            "MCP server `{server}` refuses this call for lack of scope{} though the client credentials already ask for {}; the authorization server does not grant it to this client: allow it there",
+                            if wanted.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" `{wanted}`")
+                            },
+                            if had.is_empty() {
+                                "no particular scope".to_owned()
+                            } else {
+                                format!("`{}`", had.join(" "))
+                            },
+                        ));
+                    }
+                    #[allow(irrefutable_let_patterns, reason = "other grants behind SDK features")]
+                    if let ClientCredentialsConfig::ClientSecret { scopes, .. } = &mut widened {
+                        scopes.extend(missing);
+                    }
+                }
+                let Some(manager) = manager.upgrade() else {
+                    return Refused::Fail(format!(
+                        "MCP server `{server}`: the connection closed while getting a new token"
+                    ));
+                };
+                let renewed = manager
+                    .lock()
+                    .await
+                    .exchange_client_credentials(&widened)
+                    .await;
+                match renewed {
+                    Ok(_) => {
+                        debug!(%server, scopes = %grant_scopes(&widened).join(" "), "got a new client-credentials token after a refusal");
+                        *grant
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = widened;
+                        Refused::Retry
+                    }
+                    Err(e) => Refused::Fail(format!(
+                        "MCP server `{server}` refused the access token{}, and getting a new one with the client credentials failed: {e}",
+                        if challenge.is_insufficient_scope() {
+                            format!(" for lack of scope `{wanted}`")
+                        } else {
+                            String::new()
+                        }
+                    )),
+                }
+            }
+            Reauthorization::StoredLogin { tokens } => {
+                let relogin = format!("run `codemode login {server} --config <this config>` again");
+                if !challenge.is_insufficient_scope() {
+                    return Refused::Fail(format!(
+                        "MCP server `{server}` refused the stored login's token (401) and refreshing it did not help; {relogin}"
+                    ));
+                }
+                if challenge.scopes.is_empty() {
+                    return Refused::Fail(format!(
+                        "MCP server `{server}` refuses this call for lack of scope (it did not say which); {relogin}"
+                    ));
+                }
+                let granted = tokens.granted_scopes();
+                let missing: Vec<String> = challenge
+                    .scopes
+                    .iter()
+                    .filter(|scope| !granted.contains(scope))
+                    .cloned()
+                    .collect();
+                if missing.is_empty() {
+                    return Refused::Fail(format!(
+                        "MCP server `{server}` refuses this call for lack of scope `{wanted}`, which the stored login was already granted; logging in again will not help: the server's own authorization refuses it"
+                    ));
+                }
+                let recorded = {
+                    let tokens = tokens.clone();
+                    let missing = missing.clone();
+                    tokio::task::spawn_blocking(move || tokens.want_scopes(&missing)).await
+                };
+                if let Ok(Err(e)) | Err(e) = recorded.map_err(|e| e.to_string()) {
+                    warn!(%server, error = %e, "recording the scopes wanted for the next login failed");
+                }
+                Refused::Fail(format!(
+                    "MCP server `{server}` needs scope `{}` for this call, which the stored login lacks; {relogin} (it then asks for `{}` on top of what it had), then call again",
+                    missing.join(" "),
+                    missing.join(" ")
+                ))
+            }
+        }
+    }
 }
 
 /// The token `codemode login` stored for `server`; refreshed (and stored
@@ -84,8 +241,7 @@ async fn stored_authorization(
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         UpstreamError(format!("MCP server `{server}`: OAuth: {what}: {e}"))
     };
-    let data_dir = crate::data_dir::data_dir().map_err(|e| fail("no token store", &e))?;
-    let tokens = TokenFile::new(&data_dir, server, url);
+    let tokens = token_file(server, url)?;
     let mut manager = AuthorizationManager::new(url)
         .await
         .map_err(|e| fail("preparing the OAuth client failed", &e))?;
@@ -116,6 +272,13 @@ async fn stored_authorization(
     Ok(AuthClient::new(http, manager))
 }
 
+/// `server`'s token file in the data directory.
+fn token_file(server: &str, url: &str) -> Result<TokenFile, UpstreamError> {
+    let data_dir = crate::data_dir::data_dir()
+        .map_err(|e| UpstreamError(format!("MCP server `{server}`: OAuth: no token store: {e}")))?;
+    Ok(TokenFile::new(&data_dir, server, url))
+}
+
 /// The client-credentials grant has no refresh token: a new token is got
 /// with the same grant at a third of the old one's lifetime (rmcp's client
 /// already treats a token as expired once less than half its lifetime, or
@@ -123,7 +286,7 @@ async fn stored_authorization(
 fn renew_before_expiry(
     server: String,
     manager: Weak<tokio::sync::Mutex<AuthorizationManager>>,
-    grant: ClientCredentialsConfig,
+    grant: Arc<std::sync::Mutex<ClientCredentialsConfig>>,
 ) {
     tokio::spawn(async move {
         let mut wait = lifetime(&manager).await;
@@ -135,7 +298,7 @@ fn renew_before_expiry(
             let renewed = manager_now
                 .lock()
                 .await
-                .exchange_client_credentials(&grant)
+                .exchange_client_credentials(&current(&grant))
                 .await;
             drop(manager_now);
             wait = match renewed {

@@ -67,6 +67,11 @@ pub enum UpstreamOAuth {
         /// the redirect (default: any free port; a pre-registered client
         /// usually needs a fixed one).
         redirect_port: Option<u16>,
+        /// `clientMetadataUrl`: the HTTPS URL of this client's metadata
+        /// document (a client ID metadata document), used as the client id
+        /// where the authorization server supports that, before falling
+        /// back to dynamic registration; ignored with `clientId`.
+        client_metadata_url: Option<String>,
     },
 }
 
@@ -131,9 +136,35 @@ const CLIENT_CREDENTIALS: Section = section(
     Strictness::Ordinary,
 );
 const AUTHORIZATION_CODE: Section = section(
-    &["clientId", "clientSecret", "scopes", "redirectPort"],
+    &[
+        "clientId",
+        "clientSecret",
+        "scopes",
+        "redirectPort",
+        "clientMetadataUrl",
+    ],
     Strictness::Ordinary,
 );
+
+/// A client ID metadata document's URL is the client id itself: the
+/// authorization server fetches it, so it must be HTTPS with a path.
+fn check_client_metadata_url(url: &str) -> Result<(), &'static str> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| {
+        "expected the HTTPS URL of this client's metadata document, e.g. \"https://example.com/codemode-client.json\""
+    })?;
+    if parsed.scheme() != "https" {
+        return Err("must be an https:// URL (the authorization server fetches it)");
+    }
+    if parsed.path() == "/" || parsed.path().is_empty() {
+        return Err(
+            "needs a path naming the document (e.g. /codemode-client.json), not just the host",
+        );
+    }
+    if parsed.fragment().is_some() || !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err("must not carry a fragment or credentials: it is sent as the client id");
+    }
+    Ok(())
+}
 
 const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
 const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
@@ -146,7 +177,7 @@ fn parse_upstream_oauth(
     errors: &mut Vec<ConfigError>,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Option<UpstreamOAuth> {
-    const EXPECTED: &str = "expected { clientCredentials: { clientId: \"...\", clientSecret: \"${SECRET}\", scopes?: [...] } } or { authorizationCode: { clientId?, clientSecret?, scopes?, redirectPort? } }";
+    const EXPECTED: &str = "expected { clientCredentials: { clientId: \"...\", clientSecret: \"${SECRET}\", scopes?: [...] } } or { authorizationCode: { clientId?, clientSecret?, scopes?, redirectPort?, clientMetadataUrl? } }";
     let Value::Object(object) = value else {
         errors.push(error(path, EXPECTED));
         return None;
@@ -201,11 +232,18 @@ fn parse_upstream_oauth(
                     "a client secret belongs to a pre-registered client: set `clientId` too",
                 );
             }
+            let client_metadata_url = fields.string("clientMetadataUrl");
+            if let Some(url) = &client_metadata_url
+                && let Err(why) = check_client_metadata_url(url)
+            {
+                fields.fail("clientMetadataUrl", why);
+            }
             UpstreamOAuth::AuthorizationCode {
                 client_id,
                 client_secret: client_secret.map(Secret::new),
                 scopes,
                 redirect_port,
+                client_metadata_url,
             }
         }
         _ => {

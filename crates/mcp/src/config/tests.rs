@@ -174,6 +174,7 @@ fn upstream_oauth_authorization_code_parses_and_names_bad_fields() {
         r#"{ mcpServers: {
              dyn: { url: "https://a.example.com/mcp", oauth: { authorizationCode: {} } },
              pre: { url: "https://b.example.com/mcp", oauth: { authorizationCode: { clientId: "app", clientSecret: "${TOKEN}", scopes: ["read"], redirectPort: 8976, extra: 1 } } },
+             cimd: { url: "https://b.example.com/mcp", oauth: { authorizationCode: { clientMetadataUrl: "https://app.example.com/codemode/client.json" } } },
            } }"#,
     )
     .unwrap();
@@ -194,6 +195,7 @@ fn upstream_oauth_authorization_code_parses_and_names_bad_fields() {
             client_secret: None,
             scopes: vec![],
             redirect_port: None,
+            client_metadata_url: None,
         })
     );
     assert_eq!(
@@ -203,6 +205,17 @@ fn upstream_oauth_authorization_code_parses_and_names_bad_fields() {
             client_secret: Some(Secret::new("s3cret")),
             scopes: vec!["read".into()],
             redirect_port: Some(8976),
+            client_metadata_url: None,
+        })
+    );
+    assert_eq!(
+        oauth("cimd"),
+        Some(UpstreamOAuth::AuthorizationCode {
+            client_id: None,
+            client_secret: None,
+            scopes: vec![],
+            redirect_port: None,
+            client_metadata_url: Some("https://app.example.com/codemode/client.json".into()),
         })
     );
     assert!(
@@ -217,6 +230,8 @@ fn upstream_oauth_authorization_code_parses_and_names_bad_fields() {
              b: { url: "https://a.example.com/mcp", oauth: { authorizationCode: { clientSecret: "x" } } },
              c: { url: "https://a.example.com/mcp", oauth: { authorizationCode: {}, clientCredentials: {} } },
              d: { url: "https://a.example.com/mcp", oauth: { password: {} } },
+             e: { url: "https://a.example.com/mcp", oauth: { authorizationCode: { clientMetadataUrl: "http://a.example.com/client.json" } } },
+             f: { url: "https://a.example.com/mcp", oauth: { authorizationCode: { clientMetadataUrl: "https://a.example.com/" } } },
            } }"#,
     )
     .unwrap_err();
@@ -226,6 +241,8 @@ fn upstream_oauth_authorization_code_parses_and_names_bad_fields() {
         "mcpServers.b.oauth.authorizationCode.clientSecret",
         "mcpServers.c.oauth",
         "mcpServers.d.oauth",
+        "mcpServers.e.oauth.authorizationCode.clientMetadataUrl",
+        "mcpServers.f.oauth.authorizationCode.clientMetadataUrl",
     ] {
         assert!(paths.contains(&path), "{path}: {paths:?}");
     }
