@@ -108,6 +108,26 @@ describe("OAuth client credentials to an upstream", () => {
     assert.ok(r.value.issued >= 2, JSON.stringify(r));
   });
 
+  test("a call refused for lack of scope gets a token with that scope and runs once more; other calls and the connection are untouched", async () => {
+    const r = await exec(client, `
+      const issued = Number((await MCP.secure.issued({})).content[0].text);
+      const [note, ...others] = await Promise.all([
+        MCP.secure.writeNote({}),
+        ...Array.from({ length: 5 }, () => MCP.secure.whoami({})),
+      ]);
+      const after = Number((await MCP.secure.issued({})).content[0].text);
+      return { note: note.content[0].text, others: others.map((o) => o.content[0].text), issued, after };`);
+    assert.equal(r.status, "completed", JSON.stringify(r));
+    assert.equal(r.value.note, "written by gateway with mcp:write", "retried with the widened token");
+    assert.deepEqual(r.value.others, Array(5).fill("gateway"), "the calls beside it ran");
+    assert.ok(r.value.after > r.value.issued, JSON.stringify(r.value));
+    // Same connection: the next cell needs no new start, and the wider
+    // token stays (no second refusal, no new token for the write).
+    const again = await exec(client, `return (await MCP.secure.writeNote({})).content[0].text;`);
+    assert.equal(again.status, "completed", JSON.stringify(again));
+    assert.equal(again.value, "written by gateway with mcp:write");
+  });
+
   test("wrong credentials leave the server down with a reason, never the secret", async () => {
     process.env.SECURE_SECRET = "wrong-secret-0123456789";
     // A down server makes `catalog` exit 1 (execFile rejects with the output).
@@ -188,6 +208,28 @@ describe("codemode login: a user's authorization of an upstream", () => {
     for (const scope of r.value.refreshes.scopes) assert.ok(scope === null || scope === "mcp:read", scope);
     const now = JSON.parse(readFileSync(tokenFile(dataDir), "utf8")).credentials.token_response.access_token;
     assert.notEqual(now, first, "the refreshed token was written back to the token file");
+  });
+
+  test("a call the stored login lacks the scope for fails alone, saying to log in again, which then asks for both scopes", async () => {
+    const path = writeGateway({ url: `${base}/mcp`, oauth: { authorizationCode: { scopes: ["mcp:read"] } } });
+    const r = await exec(client, `
+      let refused;
+      try { await MCP.secure.writeNote({}); } catch (e) { refused = e.message; }
+      const who = (await MCP.secure.whoami({})).content[0].text;
+      return { refused, who };`);
+    assert.equal(r.status, "completed", JSON.stringify(r));
+    assert.match(r.value.refused, /MCP server `secure` needs scope `mcp:write` for this call, which the stored login lacks; run `codemode login secure --config <this config>` again/);
+    assert.doesNotMatch(r.value.refused, /restart|crashed/);
+    assert.match(r.value.who, /^dyn-/, "the connection still serves the other tools");
+    assert.deepEqual(JSON.parse(readFileSync(tokenFile(dataDir), "utf8")).wanted_scopes, ["mcp:write"]);
+    const again = await login(path, env);
+    assert.equal(again.code, 0, again.stderr);
+    assert.equal(again.authorizationUrl.searchParams.get("scope"), "mcp:read mcp:write", "what it had plus what it lacked");
+    assert.equal(JSON.parse(readFileSync(tokenFile(dataDir), "utf8")).wanted_scopes, undefined, "asked for: forgotten");
+    // The running gateway picks the new login up.
+    const note = await exec(client, `return (await MCP.secure.writeNote({})).content[0].text;`);
+    assert.equal(note.status, "completed", JSON.stringify(note));
+    assert.match(note.value, /^written by dyn-\S+ with mcp:read mcp:write$/);
   });
 
   test("a pre-registered client logs in with its own id; logout removes the token", async () => {

@@ -10,6 +10,8 @@
 //   calls()      how many tools/call requests carried a valid token
 //   issued()     how many tokens the token endpoint issued
 //   refreshes()  { count, resources, scopes } of refresh-token grants
+//   write_note() needs the scope `mcp:write` on the token: without it the
+//                request gets 403 `insufficient_scope` (RFC 6750 §3.1)
 // Tokens live TOKEN_TTL_SECONDS (default 3600). The pre-registered client
 // `deny-me` is refused: its redirect carries error=access_denied.
 import { createServer } from "node:http";
@@ -18,7 +20,7 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 
 const CLIENTS = { gateway: "right-secret-0123456789" };
-const tokens = new Map(); // token -> { client, expires }
+const tokens = new Map(); // token -> { client, expires, scopes }
 const TTL = Number(process.env.TOKEN_TTL_SECONDS ?? 3600);
 // Public clients: pre-registered, and those registered dynamically.
 const publicClients = new Map([["cli-app", { redirect_uris: null }], ["deny-me", { redirect_uris: null }]]);
@@ -99,15 +101,15 @@ const http = createServer(async (req, res) => {
     let secret = form.get("client_secret");
     const basic = /^Basic (.+)$/.exec(req.headers.authorization ?? "");
     if (basic) [id, secret] = Buffer.from(basic[1], "base64").toString().split(":").map(decodeURIComponent);
-    const issue = (client, extra = {}) => {
+    const issue = (client, extra = {}, scope = form.get("scope")) => {
       const token = randomBytes(24).toString("hex");
-      tokens.set(token, { client, expires: Date.now() + TTL * 1000 });
+      tokens.set(token, { client, expires: Date.now() + TTL * 1000, scopes: (scope ?? "").split(" ").filter(Boolean) });
       return json(res, 200, { access_token: token, token_type: "Bearer", expires_in: TTL, ...extra });
     };
     const withRefresh = (client, scope) => {
       const refresh = randomBytes(24).toString("hex");
       refreshTokens.set(refresh, { client, scope });
-      return issue(client, { refresh_token: refresh, ...(scope ? { scope } : {}) });
+      return issue(client, { refresh_token: refresh, ...(scope ? { scope } : {}) }, scope);
     };
     const grant = form.get("grant_type");
     if (grant === "authorization_code") {
@@ -142,6 +144,12 @@ const http = createServer(async (req, res) => {
         "www-authenticate": `Bearer resource_metadata="${base}/.well-known/oauth-protected-resource/mcp"`,
       });
     }
+    const body = req.method === "POST" ? JSON.parse((await readBody(req)) || "null") : undefined;
+    if (body?.method === "tools/call" && body.params?.name === "write_note" && !grant.scopes.includes("mcp:write")) {
+      return json(res, 403, { error: "insufficient_scope" }, {
+        "www-authenticate": `Bearer error="insufficient_scope", scope="mcp:write", resource_metadata="${base}/.well-known/oauth-protected-resource/mcp"`,
+      });
+    }
     // Stateless: a server and transport per request.
     const server = new McpServer({ name: "protected", version: "1.0.0" });
     server.registerTool("whoami", { description: "The client the token was issued to", annotations: { readOnlyHint: true } },
@@ -152,10 +160,13 @@ const http = createServer(async (req, res) => {
       async () => ({ content: [{ type: "text", text: String(tokens.size) }] }));
     server.registerTool("refreshes", { description: "Refresh-token grants so far", annotations: { readOnlyHint: true } },
       async () => ({ content: [{ type: "text", text: JSON.stringify(refreshes) }] }));
+    server.registerTool("write_note", {
+      description: "Needs the scope mcp:write",
+      annotations: { readOnlyHint: false, destructiveHint: false },
+    }, async () => ({ content: [{ type: "text", text: `written by ${grant.client} with ${grant.scopes.join(" ")}` }] }));
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     res.on("close", () => { transport.close(); server.close(); });
     await server.connect(transport);
-    const body = req.method === "POST" ? JSON.parse((await readBody(req)) || "null") : undefined;
     if (body?.method === "tools/call") calls += 1;
     return transport.handleRequest(req, res, body);
   }

@@ -79,11 +79,14 @@ fn typescript_mcp_client_traces_reach_an_otlp_receiver() {
 /// secret); `codemode login` with a scripted browser step (dynamic
 /// registration and a pre-registered client, PKCE S256, a refused
 /// authorization, logout), the gateway using and refreshing the stored
-/// token, and the same against the SDK's own `mcpAuthRouter`.
+/// token, a 403 `insufficient_scope` on one call (client credentials: a
+/// wider token and one retry; a stored login: the call alone fails, the
+/// next login asks for the union), and the same against the SDK's own
+/// `mcpAuthRouter`.
 #[test]
 fn upstream_behind_oauth_client_credentials_and_login() {
     let out = node_suite("upstream-oauth.test.mjs");
-    assert!(out.contains("ℹ pass 9"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 11\n"), "every scenario ran: {out}");
 }
 
 /// One copy of each result (`e2e/results.test.mjs`): the default
