@@ -10,7 +10,9 @@ import assert from "node:assert/strict";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { connectStdio, exec, servers } from "./harness.mjs";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { BIN, connectStdio, exec, servers } from "./harness.mjs";
 
 function config() {
   const dir = mkdtempSync(join(tmpdir(), "codemode-elicit-"));
@@ -62,6 +64,21 @@ describe("elicitation relayed from an upstream", () => {
     assert.ok(Date.now() - started < 5000, `answered in ${Date.now() - started} ms`);
     const said = JSON.stringify(r.value);
     assert.match(said, /does not support form elicitation|-32601|Method not found/i, said);
+    assert.equal(asked.length, 1, "the other client was not asked");
+  });
+
+  test("under codemode exec there is no client: the upstream gets -32601 at once, no other client is asked", async () => {
+    const cell = join(mkdtempSync(join(tmpdir(), "codemode-elicit-cell-")), "cell.js");
+    writeFileSync(cell, `try { ${CELL} } catch (e) { return { thrown: e.message }; }`);
+    const started = Date.now();
+    const { stdout } = await promisify(execFile)(BIN, ["exec", "--config", config(), cell], { env: process.env });
+    const r = JSON.parse(stdout);
+    assert.equal(r.status, "completed", stdout);
+    assert.ok(Date.now() - started < 8000, `answered in ${Date.now() - started} ms`);
+    const said = JSON.stringify(r.value);
+    // server-everything reports the error it got back in its result.
+    assert.match(said, /-32601|no MCP client is connected to the run/, said);
+    assert.doesNotMatch(said, /-32600/, said);
     assert.equal(asked.length, 1, "the other client was not asked");
   });
 });

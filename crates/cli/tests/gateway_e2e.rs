@@ -174,11 +174,12 @@ fn a_python_sdk_upstream_that_elicits_works_behind_the_gateway() {
 
 /// Elicitation relayed (`e2e/elicitation.test.mjs`): server-everything
 /// asks its user mid-call; the client whose run made the call answers; a
-/// client without elicitation gets the upstream an error at once.
+/// client without elicitation, and `codemode exec` (no client at all), get
+/// the upstream `-32601` at once.
 #[test]
 fn upstream_elicitation_reaches_the_client_that_made_the_call() {
     let out = node_suite("elicitation.test.mjs");
-    assert!(out.contains("ℹ pass 2"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 3\n"), "every scenario ran: {out}");
 }
 
 /// Debug switches (`e2e/debug.test.mjs`): `OPENCLAW_DEBUG_*` and

@@ -168,16 +168,7 @@ impl ClientDirectory {
             .get(session)
             .and_then(|cell| cell.get().cloned());
         let Some(peer) = peer else {
-            // No client to ask (`codemode exec` has none; or it left): the
-            // protocol's answer for a method nobody offers, as for a client
-            // without the capability.
-            return Err(ErrorData::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!(
-                    "no MCP client is connected to the run that made this call (codemode exec has none, or the client left), so MCP server `{server}` cannot ask its user"
-                ),
-                None,
-            ));
+            return Err(no_client(server));
         };
         if !peer.supported_elicitation_modes().contains(&mode) {
             return unsupported();
@@ -190,6 +181,19 @@ impl ClientDirectory {
             )
         })
     }
+}
+
+/// No client to ask (`codemode exec` has none; or it left): the
+/// protocol's answer for a method nobody offers, as for a client without
+/// the capability.
+pub(crate) fn no_client(server: &str) -> ErrorData {
+    ErrorData::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!(
+            "no MCP client is connected to the run that made this call (codemode exec has none, or the client left), so MCP server `{server}` cannot ask its user"
+        ),
+        None,
+    )
 }
 
 #[cfg(test)]

@@ -166,16 +166,28 @@ impl ClientHandler for Handler {
         request: rmcp::model::ElicitRequestParams,
         _context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
-        let mut sessions: Vec<String> = self
-            .progress
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .filter_map(|call| call.session.clone())
-            .collect();
+        // A call without a client session (`codemode exec`, an embedder's
+        // run) is a party of its own that nobody can be asked for.
+        let (mut sessions, without_client) = {
+            let calls = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+            let sessions: Vec<String> = calls
+                .values()
+                .filter_map(|call| call.session.clone())
+                .collect();
+            let without_client = calls.values().any(|call| call.session.is_none());
+            (sessions, without_client)
+        };
         sessions.sort();
         sessions.dedup();
-        debug!(server = %self.server, sessions = sessions.len(), "upstream asks for elicitation");
+        debug!(server = %self.server, sessions = sessions.len(), without_client, "upstream asks for elicitation");
+        if without_client {
+            if sessions.is_empty() {
+                return Err(crate::relay::no_client(&self.server));
+            }
+            // With other sessions' calls in flight too: whose question it
+            // is cannot be told, so nobody is asked.
+            sessions.push(String::new());
+        }
         self.clients.elicit(&self.server, &sessions, request).await
     }
 
