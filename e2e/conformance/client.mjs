@@ -35,6 +35,10 @@ const dir = mkdtempSync(join(tmpdir(), "codemode-conformance-"));
 const env = { ...process.env, CODEMODE_DATA_DIR: join(dir, "data"), CODEMODE_LOG: process.env.CODEMODE_LOG ?? "warn" };
 
 function serverConfig() {
+  if (scenario === "auth/client-credentials-jwt") {
+    env.CONFORMANCE_KEY = context.private_key_pem;
+    return { url, oauth: { clientCredentials: { clientId: context.client_id, privateKey: "${CONFORMANCE_KEY}", signingAlgorithm: context.signing_algorithm } } };
+  }
   if (scenario === "auth/client-credentials-basic") {
     env.CONFORMANCE_SECRET = context.client_secret;
     return { url, oauth: { clientCredentials: { clientId: context.client_id, clientSecret: "${CONFORMANCE_SECRET}" } } };

@@ -42,6 +42,8 @@ pub mod admin;
 mod approvals;
 pub mod auth;
 mod challenge;
+#[cfg(feature = "oauth")]
+mod client_grant;
 pub mod config;
 pub mod data_dir;
 pub mod gateway;

@@ -17,12 +17,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use oauth2::TokenResponse as _;
-use rmcp::transport::auth::{
-    AuthClient, AuthorizationManager, ClientCredentialsConfig, OAuthClientConfig, OAuthState,
-};
+use rmcp::transport::auth::{AuthClient, AuthorizationManager, OAuthClientConfig};
 use tracing::{debug, warn};
 
 use crate::challenge::BearerChallenge;
+use crate::client_grant::ClientGrant;
 use crate::config::UpstreamOAuth;
 use crate::token_store::TokenFile;
 use crate::upstream_error::UpstreamError;
@@ -37,12 +36,12 @@ pub(crate) async fn authorized_client(
     http: TraceHeaders,
 ) -> Result<(AuthClient<TraceHeaders>, Reauthorization), UpstreamError> {
     crate::install_tls_provider();
-    let (client_id, client_secret, scopes) = match oauth {
+    let (client_id, authentication, scopes) = match oauth {
         UpstreamOAuth::ClientCredentials {
             client_id,
-            client_secret,
+            authentication,
             scopes,
-        } => (client_id, client_secret, scopes),
+        } => (client_id, authentication, scopes),
         UpstreamOAuth::AuthorizationCode { client_secret, .. } => {
             let client = stored_authorization(server, url, client_secret.as_ref(), http).await?;
             let tokens = token_file(server, url)?;
@@ -54,26 +53,15 @@ pub(crate) async fn authorized_client(
             "MCP server `{server}`: OAuth client credentials: {what}: {e}"
         ))
     };
-    let grant = ClientCredentialsConfig::ClientSecret {
-        client_id: client_id.clone(),
-        client_secret: client_secret.expose().to_owned(),
-        scopes: scopes.clone(),
-        resource: Some(url.to_owned()),
-    };
-    let grant = Arc::new(std::sync::Mutex::new(grant));
-    let mut state = OAuthState::new(url, None)
-        .await
-        .map_err(|e| fail("preparing the OAuth client failed", &e))?;
-    state
-        .authenticate_client_credentials(current(&grant))
-        .await
-        .map_err(|e| fail("getting an access token failed", &e))?;
-    let manager = state.into_authorization_manager().ok_or_else(|| {
+    let mut grant = ClientGrant::new(client_id, authentication, scopes, url)
+        .map_err(|e| fail("the configured credentials", &e))?;
+    let manager = grant.authorize(url).await.map_err(|e| {
         UpstreamError(format!(
-            "MCP server `{server}`: OAuth client credentials: no authorization after the token exchange"
+            "MCP server `{server}`: OAuth client credentials: {e}"
         ))
     })?;
     let client = AuthClient::new(http, manager);
+    let grant = Arc::new(std::sync::Mutex::new(grant));
     renew_before_expiry(
         server.to_owned(),
         Arc::downgrade(&client.auth_manager),
@@ -87,19 +75,11 @@ pub(crate) async fn authorized_client(
 }
 
 /// The grant as it stands (scopes grow when the server asks for more).
-fn current(grant: &std::sync::Mutex<ClientCredentialsConfig>) -> ClientCredentialsConfig {
+fn current(grant: &std::sync::Mutex<ClientGrant>) -> ClientGrant {
     grant
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone()
-}
-
-fn grant_scopes(grant: &ClientCredentialsConfig) -> &[String] {
-    match grant {
-        ClientCredentialsConfig::ClientSecret { scopes, .. } => scopes,
-        #[allow(unreachable_patterns, reason = "other grants behind SDK features")]
-        _ => &[],
-    }
 }
 
 /// What the gateway can do when an upstream refuses a call's token: a 401
@@ -109,7 +89,7 @@ pub(crate) enum Reauthorization {
     /// to the grant), then the call once more.
     ClientCredentials {
         manager: Weak<tokio::sync::Mutex<AuthorizationManager>>,
-        grant: Arc<std::sync::Mutex<ClientCredentialsConfig>>,
+        grant: Arc<std::sync::Mutex<ClientGrant>>,
     },
     /// A user's stored login: only the user can authorize more, so the
     /// missing scopes are recorded for the next `codemode login`.
@@ -133,7 +113,7 @@ impl Reauthorization {
             Reauthorization::ClientCredentials { manager, grant } => {
                 let mut widened = current(grant);
                 if challenge.is_insufficient_scope() {
-                    let had = grant_scopes(&widened).to_vec();
+                    let had = widened.scopes().to_vec();
                     let missing: Vec<String> = challenge
                         .scopes
                         .iter()
@@ -155,24 +135,16 @@ impl Reauthorization {
                             },
                         ));
                     }
-                    #[allow(irrefutable_let_patterns, reason = "other grants behind SDK features")]
-                    if let ClientCredentialsConfig::ClientSecret { scopes, .. } = &mut widened {
-                        scopes.extend(missing);
-                    }
+                    widened = widened.widen(&missing);
                 }
                 let Some(manager) = manager.upgrade() else {
                     return Refused::Fail(format!(
                         "MCP server `{server}`: the connection closed while getting a new token"
                     ));
                 };
-                let renewed = manager
-                    .lock()
-                    .await
-                    .exchange_client_credentials(&widened)
-                    .await;
-                match renewed {
-                    Ok(_) => {
-                        debug!(%server, scopes = %grant_scopes(&widened).join(" "), "got a new client-credentials token after a refusal");
+                match widened.exchange(&manager).await {
+                    Ok(()) => {
+                        debug!(%server, scopes = %widened.scopes().join(" "), "got a new client-credentials token after a refusal");
                         *grant
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner) = widened;
@@ -286,7 +258,7 @@ fn token_file(server: &str, url: &str) -> Result<TokenFile, UpstreamError> {
 fn renew_before_expiry(
     server: String,
     manager: Weak<tokio::sync::Mutex<AuthorizationManager>>,
-    grant: Arc<std::sync::Mutex<ClientCredentialsConfig>>,
+    grant: Arc<std::sync::Mutex<ClientGrant>>,
 ) {
     tokio::spawn(async move {
         let mut wait = lifetime(&manager).await;
@@ -295,11 +267,7 @@ fn renew_before_expiry(
             let Some(manager_now) = manager.upgrade() else {
                 return;
             };
-            let renewed = manager_now
-                .lock()
-                .await
-                .exchange_client_credentials(&current(&grant))
-                .await;
+            let renewed = current(&grant).exchange(&manager_now).await;
             drop(manager_now);
             wait = match renewed {
                 Ok(_) => {

@@ -34,7 +34,10 @@ pub use auth::{AuthConfig, BearerToken, MIN_BEARER_TOKEN_BYTES, OAuthResource};
 pub use control::{ApprovalMode, DEFAULT_APPROVAL_MODE, HookConfig, HookTarget};
 pub use reader::Secret;
 pub use results::{ResultForm, StoreSetting};
-pub use servers::{McpServerConfig, Transport, UpstreamOAuth, UpstreamProtocol};
+pub use servers::{
+    ClientAuthentication, McpServerConfig, SIGNING_ALGORITHMS, Transport, UpstreamOAuth,
+    UpstreamProtocol,
+};
 
 use codemode_runtime::config_reader::{Section, Strictness, join};
 use codemode_runtime::{CodeModeConfig, ConfigError, Diagnostic, ToolPolicy, ToolSource};

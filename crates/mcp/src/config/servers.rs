@@ -47,8 +47,8 @@ pub enum UpstreamOAuth {
     ClientCredentials {
         /// `clientId`.
         client_id: String,
-        /// `clientSecret` (a secret: from the environment).
-        client_secret: Secret,
+        /// How the client proves who it is at the token endpoint.
+        authentication: ClientAuthentication,
         /// `scopes` to ask for.
         scopes: Vec<String>,
     },
@@ -74,6 +74,27 @@ pub enum UpstreamOAuth {
         client_metadata_url: Option<String>,
     },
 }
+
+/// How a client-credentials client authenticates to the token endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientAuthentication {
+    /// `clientSecret` (a secret: from the environment), sent as
+    /// `client_secret_basic` or `client_secret_post`.
+    Secret(Secret),
+    /// `privateKey`: a PEM private key (RSA or EC; a secret: from the
+    /// environment) signing a short-lived JWT assertion per token request
+    /// (`private_key_jwt`, RFC 7523).
+    PrivateKeyJwt {
+        /// The PEM text.
+        private_key: Secret,
+        /// `signingAlgorithm`: RS256, RS384, RS512, ES256 or ES384
+        /// (default: RS256 for an RSA key, ES256 for an EC key).
+        algorithm: Option<String>,
+    },
+}
+
+/// The JWT signing algorithms `signingAlgorithm` takes.
+pub const SIGNING_ALGORITHMS: &[&str] = &["RS256", "RS384", "RS512", "ES256", "ES384"];
 
 /// One entry of `mcpServers`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,7 +153,13 @@ impl UpstreamProtocol {
 
 // An upstream's grant: a typo there fails the login loudly anyway.
 const CLIENT_CREDENTIALS: Section = section(
-    &["clientId", "clientSecret", "scopes"],
+    &[
+        "clientId",
+        "clientSecret",
+        "privateKey",
+        "signingAlgorithm",
+        "scopes",
+    ],
     Strictness::Ordinary,
 );
 const AUTHORIZATION_CODE: Section = section(
@@ -177,7 +204,7 @@ fn parse_upstream_oauth(
     errors: &mut Vec<ConfigError>,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Option<UpstreamOAuth> {
-    const EXPECTED: &str = "expected { clientCredentials: { clientId: \"...\", clientSecret: \"${SECRET}\", scopes?: [...] } } or { authorizationCode: { clientId?, clientSecret?, scopes?, redirectPort?, clientMetadataUrl? } }";
+    const EXPECTED: &str = "expected { clientCredentials: { clientId: \"...\", clientSecret: \"${SECRET}\" | privateKey: \"${PEM}\", signingAlgorithm?, scopes?: [...] } } or { authorizationCode: { clientId?, clientSecret?, scopes?, redirectPort?, clientMetadataUrl? } }";
     let Value::Object(object) = value else {
         errors.push(error(path, EXPECTED));
         return None;
@@ -209,15 +236,48 @@ fn parse_upstream_oauth(
                     "required: the client id registered with the authorization server",
                 );
             }
-            if client_secret.is_none() {
+            let private_key = fields.string("privateKey").filter(|s| !s.trim().is_empty());
+            let algorithm = fields.string("signingAlgorithm");
+            if let Some(algorithm) = &algorithm
+                && !SIGNING_ALGORITHMS.contains(&algorithm.as_str())
+            {
                 fields.fail(
-                    "clientSecret",
-                    "required: the client secret (write \"${NAME}\" to read it from the environment)",
+                    "signingAlgorithm",
+                    format!("expected one of {}", SIGNING_ALGORITHMS.join(", ")),
+                );
+            }
+            let authentication = match (client_secret, private_key) {
+                (Some(secret), None) => ClientAuthentication::Secret(Secret::new(secret)),
+                (None, Some(key)) => ClientAuthentication::PrivateKeyJwt {
+                    private_key: Secret::new(key),
+                    algorithm: algorithm.clone(),
+                },
+                (Some(_), Some(_)) => {
+                    fields.fail(
+                        "privateKey",
+                        "give either `clientSecret` or `privateKey` (private_key_jwt), not both",
+                    );
+                    ClientAuthentication::Secret(Secret::new(String::new()))
+                }
+                (None, None) => {
+                    fields.fail(
+                        "clientSecret",
+                        "required: the client secret (write \"${NAME}\" to read it from the environment), or `privateKey` with a PEM private key for private_key_jwt",
+                    );
+                    ClientAuthentication::Secret(Secret::new(String::new()))
+                }
+            };
+            if algorithm.is_some()
+                && !matches!(authentication, ClientAuthentication::PrivateKeyJwt { .. })
+            {
+                fields.fail(
+                    "signingAlgorithm",
+                    "belongs to `privateKey` (private_key_jwt)",
                 );
             }
             UpstreamOAuth::ClientCredentials {
                 client_id: client_id.clone().unwrap_or_default(),
-                client_secret: Secret::new(client_secret.unwrap_or_default()),
+                authentication,
                 scopes,
             }
         }

@@ -142,7 +142,7 @@ fn upstream_oauth_client_credentials_parse_and_keep_the_secret_secret() {
             oauth:
                 Some(UpstreamOAuth::ClientCredentials {
                     client_id,
-                    client_secret,
+                    authentication: ClientAuthentication::Secret(client_secret),
                     scopes,
                 }),
             ..
@@ -163,6 +163,46 @@ fn upstream_oauth_client_credentials_parse_and_keep_the_secret_secret() {
         "mcpServers.a.oauth.clientCredentials.clientId",
         "mcpServers.a.oauth.clientCredentials.clientSecret",
         "mcpServers.b.oauth: only HTTP servers",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    // private_key_jwt: a PEM key instead of the secret, an algorithm from
+    // the list; not both ways at once.
+    let (config, _) = parse(
+        r#"{ mcpServers: { crm: { url: "https://crm.example.com/mcp", oauth: { clientCredentials: { clientId: "gw", privateKey: "${TOKEN}", signingAlgorithm: "ES256" } } } } }"#,
+    )
+    .unwrap();
+    match &config.servers[0].transport {
+        Transport::Http {
+            oauth:
+                Some(UpstreamOAuth::ClientCredentials {
+                    authentication:
+                        ClientAuthentication::PrivateKeyJwt {
+                            private_key,
+                            algorithm,
+                        },
+                    ..
+                }),
+            ..
+        } => {
+            assert_eq!(private_key.expose(), "s3cret");
+            assert_eq!(algorithm.as_deref(), Some("ES256"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let err = parse(
+        r#"{ mcpServers: {
+             a: { url: "https://a.example.com/mcp", oauth: { clientCredentials: { clientId: "x", clientSecret: "s", privateKey: "k" } } },
+             b: { url: "https://a.example.com/mcp", oauth: { clientCredentials: { clientId: "x", privateKey: "k", signingAlgorithm: "HS256" } } },
+             c: { url: "https://a.example.com/mcp", oauth: { clientCredentials: { clientId: "x", clientSecret: "s", signingAlgorithm: "RS256" } } },
+           } }"#,
+    )
+    .unwrap_err()
+    .to_string();
+    for needle in [
+        "mcpServers.a.oauth.clientCredentials.privateKey: give either",
+        "mcpServers.b.oauth.clientCredentials.signingAlgorithm: expected one of RS256",
+        "mcpServers.c.oauth.clientCredentials.signingAlgorithm: belongs to `privateKey`",
     ] {
         assert!(err.contains(needle), "{needle}: {err}");
     }
