@@ -44,6 +44,15 @@ impl BearerChallenge {
     pub(crate) fn is_insufficient_scope(&self) -> bool {
         self.error.as_deref() == Some("insufficient_scope")
     }
+
+    /// The scopes asked for that `had` lacks.
+    pub(crate) fn missing_from(&self, had: &[String]) -> Vec<String> {
+        self.scopes
+            .iter()
+            .filter(|scope| !had.contains(scope))
+            .cloned()
+            .collect()
+    }
 }
 
 enum Item {
@@ -131,6 +140,7 @@ mod tests {
         );
         assert!(challenge.is_insufficient_scope());
         assert_eq!(challenge.scopes, ["mcp:basic", "mcp:write"]);
+        assert_eq!(challenge.missing_from(&["mcp:basic".into()]), ["mcp:write"]);
         // Unquoted tokens, other schemes first, escapes in quoted strings.
         let challenge = BearerChallenge::parse(
             r#"Basic realm="x, y", Bearer error=insufficient_scope, scope="a\"b c""#,

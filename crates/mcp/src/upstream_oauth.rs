@@ -114,12 +114,7 @@ impl Reauthorization {
                 let mut widened = current(grant);
                 if challenge.is_insufficient_scope() {
                     let had = widened.scopes().to_vec();
-                    let missing: Vec<String> = challenge
-                        .scopes
-                        .iter()
-                        .filter(|scope| !had.contains(scope))
-                        .cloned()
-                        .collect();
+                    let missing = challenge.missing_from(&had);
                     if missing.is_empty() {
                         return Refused::Fail(format!(
                             "MCP server `{server}` refuses this call for lack of scope{} though the client credentials already ask for {}; the authorization server does not grant it to this client: allow it there",
@@ -172,13 +167,7 @@ impl Reauthorization {
                         "MCP server `{server}` refuses this call for lack of scope (it did not say which); {relogin}"
                     ));
                 }
-                let granted = tokens.granted_scopes();
-                let missing: Vec<String> = challenge
-                    .scopes
-                    .iter()
-                    .filter(|scope| !granted.contains(scope))
-                    .cloned()
-                    .collect();
+                let missing = challenge.missing_from(&tokens.granted_scopes());
                 if missing.is_empty() {
                     return Refused::Fail(format!(
                         "MCP server `{server}` refuses this call for lack of scope `{wanted}`, which the stored login was already granted; logging in again will not help: the server's own authorization refuses it"
