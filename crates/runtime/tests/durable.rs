@@ -370,6 +370,31 @@ async fn an_unreachable_store_fails_the_suspension_with_runtime_unavailable() {
     assert!(stats.1.is_err());
 }
 
+/// A Redis that loses its data (a restart without persistence, a flush)
+/// under a waiting run: the wait says the store lost it, not that the
+/// run never existed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_lost_with_the_redis_data_is_reported_as_lost() {
+    let place = Place::redis();
+    let runtime = place.runtime(CONFIG);
+    let s = session_of(&runtime, "alice", executor(Duration::from_secs(60)));
+    let started = exec(&s, "return await tools.slow({})").await;
+    assert_eq!(started["status"], "waiting", "{started}");
+    let Place::Redis(server) = &place else {
+        unreachable!()
+    };
+    server.flush_all();
+    let lost = wait(&s, &started["runId"]).await;
+    assert_eq!(lost["status"], "failed", "{lost}");
+    assert_eq!(lost["code"], "snapshot_restore_failed", "{lost}");
+    let said = lost["error"].as_str().unwrap();
+    assert!(
+        said.contains("lost its data since this gateway started"),
+        "{said}"
+    );
+    assert!(!said.contains("never existed"), "{said}");
+}
+
 /// The memory store is a store like the others (the runtime has one path
 /// for all), but its runs never reach another process: a second runtime on
 /// the same memory (a test-only view, as if it were shared) finds the run

@@ -275,7 +275,10 @@ impl FileBackend {
                 }
             };
             let (mut header, at) =
-                Header::decode(&value).ok_or_else(|| self.unavailable("a damaged run record"))?;
+                Header::decode(&value).ok_or_else(|| StoreError::Unreadable {
+                    store: self.describe(),
+                    reason: "a damaged run record".into(),
+                })?;
             if header.expires_ms <= now_ms() {
                 drop(runs);
                 self.remove_in(&txn, run_id, held)?;

@@ -84,6 +84,23 @@ pub enum StoreError {
         /// Bytes this run adds.
         needed: u64,
     },
+    /// The run is in the store but its record cannot be read (damaged,
+    /// or written there by something else): it cannot be resumed.
+    #[error("the run's record in the run store ({store}) cannot be read: {reason}")]
+    Unreadable {
+        /// Which store.
+        store: String,
+        /// What is wrong with the record.
+        reason: String,
+    },
+    /// No such run, and the store lost what it held since this process
+    /// opened it (a Redis restart without persistence, a flush): runs
+    /// stored before that are gone.
+    #[error("no such run, and the run store ({store}) lost its data since this process opened it")]
+    Lost {
+        /// Which store.
+        store: String,
+    },
     /// The store cannot be reached or failed (I/O, network, corruption).
     #[error("the run store ({store}) is unavailable: {reason}")]
     Unavailable {

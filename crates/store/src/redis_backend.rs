@@ -93,16 +93,22 @@ return {'ok', gen}
 
 /// ARGV: id, owner, instance, known generation (or ''). Returns
 /// {'ok', gen, record (empty when the generation is known), results...} |
-/// {'unknown'} | {'expired'} | {'other'} | {'busy', instance}.
+/// {'unknown', epoch or ''} | {'expired'} | {'other'} | {'busy', instance}
+/// | {'unreadable', what}.
 const CLAIM_LUA: &str = r"
 local id = ARGV[1]
 local key = 'codemode:run:' .. id
-local run = redis.call('HMGET', key, 'state', 'owner', 'inst', 'gen', 'rec')
-if not run[1] then
+local kind = redis.call('TYPE', key).ok
+if kind == 'none' then
   if redis.call('EXISTS', 'codemode:expired:' .. id) == 1 or redis.call('ZSCORE', 'codemode:runs', id) then
     return {'expired'}
   end
-  return {'unknown'}
+  return {'unknown', redis.call('GET', 'codemode:epoch') or ''}
+end
+if kind ~= 'hash' then return {'unreadable', 'a ' .. kind .. ' where a run record belongs'} end
+local run = redis.call('HMGET', key, 'state', 'owner', 'inst', 'gen', 'rec')
+if not run[1] or not run[2] or not run[4] or not run[5] then
+  return {'unreadable', 'a record without its state, owner, generation or snapshot'}
 end
 if run[2] ~= '*' and run[2] ~= ARGV[2] then return {'other'} end
 if run[1] == 'resuming' then return {'busy', run[3]} end
@@ -157,6 +163,9 @@ pub struct RedisBackend {
     /// The URL without credentials.
     shown: String,
     instance: String,
+    /// `codemode:epoch` when this process opened the store: set once by
+    /// the first process on an empty server, so it goes when the data goes.
+    epoch: String,
     connection: Mutex<Option<redis::Connection>>,
     notifier: Arc<Notifier>,
     stop: Arc<AtomicBool>,
@@ -197,11 +206,24 @@ impl RedisBackend {
             reason: e.to_string(),
         };
         let client = redis::Client::open(url).map_err(|e| unavailable(&e))?;
-        let connection = connect(&client).map_err(|e| unavailable(&e))?;
+        let mut connection = connect(&client).map_err(|e| unavailable(&e))?;
+        let epoch = redis::cmd("SET")
+            .arg("codemode:epoch")
+            .arg(new_instance_id())
+            .arg("NX")
+            .exec(&mut connection)
+            .and_then(|()| {
+                redis::cmd("GET")
+                    .arg("codemode:epoch")
+                    .query::<Option<String>>(&mut connection)
+            })
+            .map_err(|e| unavailable(&e))?
+            .unwrap_or_default();
         let backend = RedisBackend {
             client,
             shown: shown.clone(),
             instance: new_instance_id(),
+            epoch,
             connection: Mutex::new(Some(connection)),
             notifier: Arc::default(),
             stop: Arc::default(),
@@ -475,7 +497,23 @@ impl RunBackend for RedisBackend {
                     results,
                 })
             }
-            "unknown" => Err(StoreError::Unknown),
+            "unknown" => {
+                // The epoch this process saw at open is gone or replaced:
+                // the server lost its data since (restart without
+                // persistence, flush), so "never existed" would mislead.
+                let epoch = reply.get(1).and_then(text).unwrap_or_default();
+                Err(if epoch == self.epoch {
+                    StoreError::Unknown
+                } else {
+                    StoreError::Lost {
+                        store: self.shown.clone(),
+                    }
+                })
+            }
+            "unreadable" => Err(StoreError::Unreadable {
+                store: self.shown.clone(),
+                reason: reply.get(1).and_then(text).unwrap_or_default(),
+            }),
             "expired" => Err(StoreError::Expired),
             "other" => Err(StoreError::OtherOwner),
             "busy" => {

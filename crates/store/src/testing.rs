@@ -69,6 +69,22 @@ impl RedisServer {
         }
     }
 
+    /// Empties the server (`FLUSHALL`), as a restart without persistence
+    /// would.
+    #[cfg(feature = "redis")]
+    #[allow(
+        clippy::expect_used,
+        reason = "test support: failing loudly is the point"
+    )]
+    pub fn flush_all(&self) {
+        let mut connection = redis::Client::open(self.url())
+            .and_then(|client| client.get_connection())
+            .expect("connects to the test's redis-server");
+        redis::cmd("FLUSHALL")
+            .exec(&mut connection)
+            .expect("FLUSHALL");
+    }
+
     /// Kills it and starts it again on the same port and append-only file.
     pub fn restart(&mut self) {
         self.kill();

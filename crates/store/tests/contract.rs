@@ -305,6 +305,74 @@ fn an_unreachable_redis_is_a_clear_error_and_a_restarted_one_is_used_again() {
     );
 }
 
+/// A connection of its own to the test's redis-server, to do to the data
+/// what an operator (or an accident) might.
+fn raw(redis: &Redis) -> redis::Connection {
+    redis::Client::open(redis.url())
+        .expect("a client")
+        .get_connection()
+        .expect("connects")
+}
+
+#[test]
+fn a_redis_that_lost_its_data_says_so_instead_of_never_existed() {
+    let redis = Redis::start();
+    let store = redis.open();
+    store.put("run_l", "o", b"gone", TTL, BOUNDS).expect("put");
+    assert!(matches!(
+        store.claim("run_x", "o", None),
+        Err(StoreError::Unknown)
+    ));
+    redis::cmd("FLUSHALL")
+        .exec(&mut raw(&redis))
+        .expect("flushes");
+    match store.claim("run_l", "o", None) {
+        Err(StoreError::Lost { store: shown }) => assert_eq!(shown, redis.url()),
+        other => panic!("expected lost, got {other:?}"),
+    }
+    // A process that opens the emptied store starts a new epoch: an
+    // unknown id there is just unknown; the old process still knows more.
+    let fresh = redis.open();
+    assert!(matches!(
+        fresh.claim("run_l", "o", None),
+        Err(StoreError::Unknown)
+    ));
+    assert!(matches!(
+        store.claim("run_l", "o", None),
+        Err(StoreError::Lost { .. })
+    ));
+}
+
+#[test]
+fn a_garbage_redis_record_is_unreadable_not_another_owners() {
+    let redis = Redis::start();
+    let store = redis.open();
+    let mut con = raw(&redis);
+    redis::cmd("HSET")
+        .arg("codemode:run:run_g")
+        .arg("state")
+        .arg("waiting")
+        .exec(&mut con)
+        .expect("writes");
+    redis::cmd("SET")
+        .arg("codemode:run:run_s")
+        .arg("junk")
+        .exec(&mut con)
+        .expect("writes");
+    for id in ["run_g", "run_s"] {
+        match store.claim(id, "o", None) {
+            Err(StoreError::Unreadable {
+                store: shown,
+                reason,
+            }) => {
+                assert_eq!(shown, redis.url());
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{id}: expected unreadable, got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_file_store_is_held_by_one_process_and_survives_reopening() {
     let place = file_place();

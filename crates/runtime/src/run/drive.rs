@@ -263,7 +263,7 @@ fn store_refusal(e: &StoreError, run_id: &str) -> (CodeModeResult, Vec<SnapshotE
             }],
         ),
         StoreError::Aborted => (ErrorCode::Aborted, Vec::new()),
-        StoreError::Interrupted | StoreError::Restore(_) => {
+        StoreError::Interrupted | StoreError::Restore(_) | StoreError::Lost(_) => {
             (ErrorCode::SnapshotRestoreFailed, Vec::new())
         }
         StoreError::Unavailable(_) => (ErrorCode::RuntimeUnavailable, Vec::new()),

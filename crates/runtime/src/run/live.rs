@@ -85,6 +85,9 @@ pub(crate) enum StoreError {
     Unavailable(String),
     /// The durable record cannot be restored (another guest build, damage).
     Restore(String),
+    /// Not in the store, which lost its data since this process opened it
+    /// (the named store).
+    Lost(String),
     ScopeFull {
         limit: usize,
     },
@@ -127,6 +130,9 @@ impl StoreError {
             ),
             StoreError::Interrupted => format!(
                 "the run \"{run_id}\" was being resumed by a process that stopped before it finished; what it did since is unknown, so the run cannot be resumed safely; start a new exec"
+            ),
+            StoreError::Lost(store) => format!(
+                "no waiting run has runId \"{run_id}\": the run store ({store}) lost its data since this gateway started (a Redis restart without persistence, or a flush), which removed every run stored before; start a new exec"
             ),
             StoreError::Restore(reason) => {
                 format!("the run \"{run_id}\" cannot be restored: {reason}; start a new exec")
@@ -537,6 +543,10 @@ impl LiveRuns {
             E::Busy { .. } => StoreError::Busy,
             E::Interrupted { .. } => StoreError::Interrupted,
             E::OtherOwner => StoreError::OtherScope,
+            E::Unreadable { store, reason } => StoreError::Restore(format!(
+                "its record in the run store ({store}) cannot be read ({reason})"
+            )),
+            E::Lost { store } => StoreError::Lost(store),
             E::Unavailable { .. } | E::Full { .. } | E::BytesFull { .. } => {
                 StoreError::Unavailable(e.to_string())
             }
