@@ -12,7 +12,9 @@
 //! task is not found; a task whose call awaits approval is
 //! `input_required` until an operator approves it at the operator endpoint;
 //! a task whose Redis store goes away for good ends when its run expires
-//! (it does not poll forever); and a stateless client that did not declare
+//! (it does not poll forever); a task whose cell yields forever is paced
+//! (the gateway does not spin a core on it) and aborted at the runs' TTL;
+//! and a stateless client that did not declare
 //! tasks keeps `waiting` + `wait` across requests (the run id is the
 //! capability).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
@@ -349,5 +351,52 @@ async fn a_task_whose_store_stays_unreachable_ends_when_its_run_expires() {
     assert_eq!(model["status"], "failed", "{model}");
     assert_eq!(model["code"], "snapshot_expired", "{model}");
     assert!(statuses.len() > 5, "ended before the TTL: {statuses:?}");
+    alice.cancel().await.unwrap();
+}
+
+/// CPU seconds the process `pid` has used (user + system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name (which may hold spaces).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf only reads a system constant.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    ticks as f64 / per_second.max(1) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_cell_yields_forever_is_paced_and_ends_at_the_ttl() {
+    let gateway = start_gateway_with(json!({ "timeoutMs": 400, "snapshotTtlSeconds": 4 }), None);
+    let alice = client(&gateway, ALICE, true).await;
+    let id = start_task(&alice, "for (;;) { await yield_control('again'); }")
+        .await
+        .task_id;
+    let before = cpu_seconds(gateway.child.id());
+    let started = std::time::Instant::now();
+    let (statuses, model) = completed_task(&alice, &id).await;
+    let spent = cpu_seconds(gateway.child.id()) - before;
+    let took = started.elapsed().as_secs_f64();
+    assert_eq!(model["status"], "failed", "{model}");
+    assert_eq!(model["code"], "snapshot_expired", "{model}");
+    assert!(
+        model["error"].as_str().unwrap().contains("kept yielding"),
+        "{model}"
+    );
+    assert!(statuses.len() > 5, "ended before the TTL: {statuses:?}");
+    // Resumed without a pause it would take a whole core for the TTL; paced
+    // it is a few resumes a second.
+    assert!(
+        spent < took * 0.5,
+        "the gateway spent {spent:.2} s of CPU in {took:.2} s driving one yielding task"
+    );
+    // The run was aborted: a plain wait on it is refused.
+    let waited = call_plain(&alice, wait_for(&json!(id))).await;
+    assert_eq!(waited["status"], "failed", "{waited}");
     alice.cancel().await.unwrap();
 }

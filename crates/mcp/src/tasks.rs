@@ -13,6 +13,11 @@
 //! aborts the run (its nested calls are cancelled). Clients without the
 //! extension keep `waiting` + `wait`.
 //!
+//! A cell that yields again at once is resumed after a pause that doubles
+//! up to 2 s, and a run still waiting after the runs' TTL is aborted (its
+//! task completes with `snapshot_expired`): no task spins a core or runs
+//! forever.
+//!
 //! Tasks live in the process that created them (the run itself may move
 //! between replicas through the run store); a finished task is kept for the
 //! runs' TTL. Only the principal that created a task sees it; without
@@ -32,6 +37,10 @@ use serde_json::json;
 
 /// How often a client should poll.
 const POLL_INTERVAL_MS: u64 = 500;
+/// A cell that yields again at once is resumed after a pause that doubles
+/// from the first to the last of these: a task never spins a core.
+const FIRST_YIELD_PAUSE: Duration = Duration::from_millis(50);
+const LAST_YIELD_PAUSE: Duration = Duration::from_secs(2);
 /// Tasks held at once; past it the oldest finished ones go first, and a new
 /// task is refused (the run stays a plain `waiting` result).
 const MAX_TASKS: usize = 4096;
@@ -250,7 +259,15 @@ async fn drive(
     // A `runtime_unavailable` that ended the run (its store could not keep
     // it) is the task's result, not the "unknown run" of the next wait.
     let mut unavailable: Option<CodeModeResult> = None;
+    let started = Instant::now();
+    let mut yield_pause = Duration::ZERO;
     loop {
+        if started.elapsed() > entry.ttl {
+            // The run had the runs' whole TTL and still waits (a cell that
+            // yields forever): the gateway stops driving it.
+            give_up(&entry, &run_id, &to_result);
+            return;
+        }
         round += 1;
         let call_id = format!("task:{run_id}:{round}");
         {
@@ -285,6 +302,12 @@ async fn drive(
             CodeModeResult::Waiting { .. } => {
                 let (payload, message) = waiting_payload(&result);
                 entry.set(payload, message);
+                if result.to_json().get("reason").and_then(|r| r.as_str()) == Some("yield") {
+                    yield_pause = (yield_pause * 2).clamp(FIRST_YIELD_PAUSE, LAST_YIELD_PAUSE);
+                    tokio::time::sleep(yield_pause).await;
+                } else {
+                    yield_pause = Duration::ZERO;
+                }
             }
             CodeModeResult::Failed {
                 code: Some(codemode_runtime::ErrorCode::RuntimeUnavailable),
@@ -318,6 +341,40 @@ async fn drive(
             }
         }
     }
+}
+
+/// Ends a task whose run outlived the runs' TTL while the gateway drove
+/// it: the run is aborted (its nested calls cancelled) and the task
+/// completes with a `snapshot_expired` result saying why.
+fn give_up(
+    entry: &TaskEntry,
+    run_id: &str,
+    to_result: &impl Fn(&CodeModeResult) -> CallToolResult,
+) {
+    let session = entry
+        .session
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    if let Some(session) = session {
+        session.abort_run(run_id);
+    }
+    let result = CodeModeResult::failure(
+        codemode_runtime::ErrorCode::SnapshotExpired,
+        format!(
+            "the gateway drove this run for snapshotTtlSeconds ({} s) and it has not finished (it kept yielding or waiting); it was aborted",
+            entry.ttl.as_secs()
+        ),
+        codemode_runtime::Telemetry::default(),
+    );
+    let payload = match serde_json::to_value(to_result(&result)) {
+        Ok(serde_json::Value::Object(result)) => TaskPayload::Completed { result },
+        _ => TaskPayload::Failed {
+            error: failed_error("the run's result could not be encoded"),
+        },
+    };
+    entry.set(payload, None);
+    tracing::info!(task = %run_id, "task ended: its run outlived snapshotTtlSeconds");
 }
 
 fn failed_error(message: &str) -> JsonObject {
