@@ -97,6 +97,14 @@ impl TaskEntry {
         DetailedTask::new(task, state.payload.clone())
     }
 
+    /// The session driving the run, while the task has not ended.
+    fn session(&self) -> Option<Arc<CodeModeSession>> {
+        self.session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn set(&self, payload: TaskPayload, message: Option<String>) {
         let mut state = self.lock();
         if state.payload.status().is_terminal() {
@@ -229,11 +237,7 @@ impl Tasks {
             state.cancel_requested = true;
             state.driving.clone()
         };
-        let session = entry
-            .session
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let session = entry.session();
         if let Some(session) = session {
             if let Some(call_id) = driving {
                 session.cancel_call(&call_id);
@@ -277,11 +281,7 @@ async fn drive(
             }
             state.driving = Some(call_id.clone());
         }
-        let session = entry
-            .session
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let session = entry.session();
         let Some(session) = session else { return };
         let result = session
             .wait_call(
@@ -351,11 +351,7 @@ fn give_up(
     run_id: &str,
     to_result: &impl Fn(&CodeModeResult) -> CallToolResult,
 ) {
-    let session = entry
-        .session
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
+    let session = entry.session();
     if let Some(session) = session {
         session.abort_run(run_id);
     }
