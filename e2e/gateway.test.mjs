@@ -192,9 +192,11 @@ for (const transport of ["stdio", "http"]) {
     });
 
     test("a reply the gateway cannot use fails its call at once, with the reason", async () => {
-      // flaky's timeoutMs is 20 s and the cell's 1.5 s: a call that waited
-      // for its timeout would leave the run waiting, not completed.
-      const r = await exec(client, `
+      // flaky's timeoutMs is 20 s: a call that waited for its timeout would
+      // take that long. Reading the 64 MiB reply may outlast the cell's
+      // 1.5 s on a loaded machine; then the run waits and `wait` goes on.
+      const started = Date.now();
+      let r = await exec(client, `
         const out = {};
         for (const kind of ["huge", "deep", "nan", "wrongId"]) {
           try { await MCP.flaky.badReply({ kind }); out[kind] = "answered"; } catch (e) { out[kind] = e.message; }
@@ -202,6 +204,8 @@ for (const transport of ["stdio", "http"]) {
         out.after = (await MCP.flaky.pid()).content[0].text;
         return out;
       `);
+      while (r.status === "waiting") r = await wait(client, r.runId);
+      assert.ok(Date.now() - started < 15000, `took ${Date.now() - started} ms: a call waited for its timeout`);
       assert.equal(r.status, "completed", JSON.stringify(r).slice(0, 2000));
       assert.match(r.value.huge, /larger than 67108864 bytes/);
       assert.match(r.value.deep, /not valid JSON-RPC \(recursion limit exceeded/);
