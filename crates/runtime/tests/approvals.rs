@@ -181,22 +181,26 @@ async fn a_held_call_does_not_stop_other_calls_and_is_cancelled_with_the_run() {
         Behaviour::Delay(std::time::Duration::from_millis(50), json!(7)),
     );
     let s = session_named(&runtime, "mixed", scripted.clone());
-    // The held call is fire-and-forget: the cell returns without it.
+    // The held call is fire-and-forget: the cell returns without it, and
+    // the run waits for the decision (`completed` means no pending work).
     let r = exec(
         &s,
         r#"tools.remove({ path: "/c" }).catch(() => {});
            return await tools.read({});"#,
     )
     .await;
-    assert_eq!(r["status"], "completed", "{r}");
-    assert_eq!(r["value"], 7, "{r}");
+    assert_eq!(r["status"], "waiting", "{r}");
+    assert_eq!(r["pendingToolCalls"][0]["toolId"], "client:app:remove", "{r}");
     let outcomes: Vec<&str> = r["nestedCalls"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| c["outcome"].as_str().unwrap())
         .collect();
-    assert_eq!(outcomes, ["ok", "cancelled"], "{r}");
+    assert_eq!(outcomes, ["ok"], "the read ran beside the held call: {r}");
+    assert_eq!(called(&scripted).len(), 1);
+    // Aborting the run takes its approval with it.
+    s.abort();
     assert!(
         runtime.pending_approvals().is_empty(),
         "the run took its approval with it"

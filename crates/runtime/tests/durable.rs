@@ -175,6 +175,33 @@ async fn a_waiting_run_outlives_its_process_and_a_dead_call_is_interrupted_not_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_returned_before_its_calls_settled_keeps_its_value_across_a_restart() {
+    each_place(async |place| {
+        let first = place.runtime(CONFIG);
+        let s = session_of(&first, "alice", executor(Duration::from_secs(60)));
+        let started = exec(&s, r#"tools.later({}).then(v => text(v.later)); return "mine";"#).await;
+        assert_eq!(started["status"], "waiting", "{started}");
+        let run_id = started["runId"].clone();
+        common::eventually("the result is in the store", || {
+            first
+                .durable_store_stats()
+                .and_then(|(_, stats)| stats.ok())
+                .is_some_and(|stats| stats.results >= 1)
+        })
+        .await;
+        drop(s);
+        die(first);
+        let second = place.runtime(CONFIG);
+        let s = session_of(&second, "alice", executor(Duration::from_secs(60)));
+        let done = wait(&s, &run_id).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["value"], "mine", "{done}");
+        assert_eq!(done["output"][0]["text"], "done", "{done}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_that_arrived_while_the_run_waited_are_delivered_after_a_restart() {
     each_place(async |place| {
         let first = place.runtime(CONFIG);

@@ -120,12 +120,19 @@ async fn calls_still_running_when_the_run_ends_are_unknown_and_aborted_ones_canc
         "{tools:{codeMode:{enabled:true, timeoutMs: 300}}}",
         RuntimeOptions::default(),
     );
-    // Fire and forget: the cell returns while the call runs.
+    // The cell fails while a call it never awaited runs.
     let gate = Arc::new(Semaphore::new(0));
     let s = session(&runtime, tools(), executor(&gate));
-    let r = exec(&s, "tools.gated({}); return 1;").await;
-    assert_eq!(r["status"], "completed", "{r}");
-    assert_eq!(outcomes(&r), [pair("client:app:gated", "unknown")]);
+    let r = exec(
+        &s,
+        "tools.gated({}); await tools.write({}); throw new Error('stop');",
+    )
+    .await;
+    assert_eq!(r["status"], "failed", "{r}");
+    assert_eq!(
+        outcomes(&r),
+        [pair("client:app:write", "ok"), pair("client:app:gated", "unknown")]
+    );
 
     // An abort while a call runs: cancelled.
     let gate = Arc::new(Semaphore::new(0));
@@ -140,6 +147,38 @@ async fn calls_still_running_when_the_run_ends_are_unknown_and_aborted_ones_canc
     let r = live.await.unwrap();
     assert_eq!(r["code"], "aborted", "{r}");
     assert_eq!(outcomes(&r), [pair("client:app:gated", "cancelled")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_returned_waits_for_its_unawaited_calls_and_completes_when_they_settle() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 300}}}",
+        RuntimeOptions::default(),
+    );
+    // Fire and forget: the cell returns while the call runs. `completed`
+    // means no pending work, so the run waits rather than cancel the call.
+    let gate = Arc::new(Semaphore::new(0));
+    let scripted = executor(&gate);
+    let s = session(&runtime, tools(), scripted.clone());
+    let r = exec(
+        &s,
+        "tools.gated({}).then(v => text('late ' + JSON.stringify(v))); return 1;",
+    )
+    .await;
+    assert_eq!(r["status"], "waiting", "{r}");
+    assert_eq!(r["reason"], "pending_tools", "{r}");
+    assert_eq!(r["pendingToolCalls"][0]["toolId"], "client:app:gated", "{r}");
+    assert!(outcomes(&r).is_empty(), "nothing was cancelled: {r}");
+    gate.add_permits(1);
+    let done = wait(&s, &r["runId"]).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["value"], 1, "the value the cell returned: {done}");
+    assert_eq!(outcomes(&done), [pair("client:app:gated", "ok")]);
+    assert!(
+        done["output"].to_string().contains("late"),
+        "the call's continuation ran before completing: {done}"
+    );
+    assert_eq!(scripted.call_count(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 //! (through [`crate::run::bridge`]) and delivering nested results as they
 //! arrive, until the cell is done, fails, yields, or the deadline comes.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Instant;
 
@@ -55,9 +55,10 @@ fn aborted(state: &mut RunState) -> Driven {
     Driven::done(aborted_failure())
 }
 
-/// The drive stops with calls still open: a cell that already returned
-/// completes (its fire-and-forget calls are cancelled), else it suspends
-/// for `reason`.
+/// The drive stops with calls still open: the run suspends for `reason`.
+/// A cell that already returned keeps its value for the `wait` that sees
+/// its last call settle: `completed` means the VM has no pending work, so
+/// its fire-and-forget calls are neither cancelled nor lost.
 fn stop_open(
     vm: Vm,
     output: Vec<Output>,
@@ -65,10 +66,7 @@ fn stop_open(
     finished: Option<Value>,
     reason: WaitReason,
 ) -> Driven {
-    if let Some(value) = finished {
-        state.info.cancelled += state.calls.cancel_all(Cancel::RunEnded) as u32;
-        return Driven::done(completed(&vm, value, output));
-    }
+    state.returned = finished;
     Driven::Suspend {
         vm: Box::new(vm),
         reason,
@@ -101,8 +99,12 @@ pub(crate) fn drive(
 ) -> Driven {
     let mut output = Vec::new();
     // The cell's value once it returned while fire-and-forget calls were
-    // still running: they are delivered until the deadline, then cancelled.
-    let mut finished: Option<Value> = None;
+    // still running (kept across waits until they settle).
+    let mut finished: Option<Value> = state.returned.take();
+    // Requests whose settlement is a nested call's result (not a host
+    // answer such as a search): a deadline with one of them undelivered
+    // suspends the run; with only host answers it is a plain timeout.
+    let mut results: HashSet<u32> = ready.iter().map(|(id, _)| *id).collect();
     loop {
         codemode_sandbox::burst_checkpoint();
         output.extend(convert_output(vm.take_output()));
@@ -129,14 +131,21 @@ pub(crate) fn drive(
             return aborted(state);
         }
         if !ready.is_empty() && Instant::now() >= ctx.delivery_deadline() {
-            // A cell that already returned drops late fire-and-forget
-            // results with their calls; else they wait for the next `wait`.
-            if finished.is_none() {
-                state.carried.extend(ready.drain(..));
+            if finished.is_none()
+                && state.calls.in_flight() == 0
+                && !ready.iter().any(|(id, _)| results.contains(id))
+            {
+                // Only the host's own answers (search, describe, ...)
+                // kept the cell busy: that is running out of time, not
+                // waiting for tools (a `wait` would repeat it forever).
+                return Driven::done(deadline_failure(&vm, output));
             }
+            // The rest waits for the next `wait`.
+            state.carried.extend(ready.drain(..));
             return stop_open(vm, output, state, finished, WaitReason::PendingTools);
         }
         if let Some((id, settlement)) = ready.pop_front() {
+            results.remove(&id);
             step = match vm.settle(id, settlement) {
                 Ok(step) => step,
                 Err(e) => return Driven::done(host_failure(&e)),
@@ -182,6 +191,7 @@ pub(crate) fn drive(
                 outcome,
             }) => {
                 if let Some(done) = state.calls.finish(request_id, outcome) {
+                    results.insert(request_id);
                     ready.push_back(settlement(ctx, state, done));
                 }
             }

@@ -67,6 +67,7 @@ impl RunEnv {
             namespaces: None,
             handles: Default::default(),
             owner_key: Arc::clone(&self.owner_key),
+            returned: None,
         }
     }
 

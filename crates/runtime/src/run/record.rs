@@ -95,6 +95,9 @@ pub(crate) struct RunRecord {
     pub(crate) handles: Vec<Value>,
     /// Who may resume it (the store checks it on claim too).
     pub(crate) owner_key: String,
+    /// The cell's value if it returned before its last calls settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) returned: Option<Value>,
 }
 
 impl RunRecord {
@@ -148,6 +151,7 @@ pub(crate) fn encode(state: &RunState, snapshot: &[u8], instance: &str) -> Vec<u
         handle_nonce,
         handles,
         owner_key: state.owner_key.to_string(),
+        returned: state.returned.clone(),
     };
     let header = serde_json::to_vec(&record).unwrap_or_default();
     let mut out = Vec::with_capacity(8 + header.len() + snapshot.len());

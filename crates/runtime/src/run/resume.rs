@@ -127,6 +127,7 @@ fn restore(
         std::mem::take(&mut record.handles),
     );
     state.owner_key = Arc::from(record.owner_key.as_str());
+    state.returned = record.returned.take();
     state.source_map = record
         .typescript
         .as_deref()

@@ -65,4 +65,7 @@ pub(crate) struct RunState {
     pub(crate) handles: crate::handles::ResultHandles,
     /// Who may resume the run ([`crate::run::env::RunEnv::owner_key`]).
     pub(crate) owner_key: Arc<str>,
+    /// The cell's value once it returned while calls it never awaited were
+    /// still running: the run completes with it when they have settled.
+    pub(crate) returned: Option<serde_json::Value>,
 }
