@@ -111,7 +111,7 @@ describe("bearer tokens", () => {
       alice.client.callTool({ name: "bogus_tool_name_label", arguments: {} }),
       /exactly two tools/,
     );
-    assert.equal(refused.code, "runtime_unavailable");
+    assert.equal(refused.code, "runtime_busy");
     assert.match(refused.error, /principal `alice` already has 1 exec\/wait calls running \(auth\.maxConcurrentExecs\)/);
     assert.equal((await exec(bob.client, "return 'bob'")).value, "bob", "bob is not limited by alice");
     assert.equal((await long).value, "long");
@@ -149,7 +149,7 @@ describe("bearer tokens", () => {
     const calls = samples(text, "codemode_calls_total");
     const completed = calls.filter((s) => s.labels.tool === "exec" && s.labels.status === "completed");
     assert.ok(completed.reduce((n, s) => n + s.value, 0) >= 4, text);
-    assert.ok(calls.some((s) => s.labels.code === "runtime_unavailable" && s.value >= 1), text);
+    assert.ok(calls.some((s) => s.labels.code === "runtime_busy" && s.value >= 1), text);
     const nested = samples(text, "codemode_nested_calls_total");
     assert.ok(nested.some((s) => s.labels.server === "annotated" && s.labels.outcome === "ok" && s.value >= 1), text);
     assert.deepEqual(samples(text, "codemode_upstream_up").map((s) => [s.labels.server, s.value]), [["annotated", 1]]);

@@ -388,6 +388,28 @@ fn an_upstream_that_cannot_start_is_reported_and_leaves_the_cell_running() {
 }
 
 #[test]
+fn a_tool_nesting_too_deeply_is_left_out_and_its_server_stays() {
+    // One tool's inputSchema nests past what the MCP SDK reads in one
+    // message: the whole tools/list reply was refused, taking the server's
+    // other tools with it.
+    let e2e = common::ensure_npm_installed();
+    let config = serde_json::json!({
+        "mcpServers": { "d": { "command": "node", "args": [e2e.join("servers/deep-schema.mjs")] } },
+    })
+    .to_string();
+    let out = codemode_on(
+        &["exec", "--config"],
+        ("deep-schema.json", &config),
+        "return [Object.keys(MCP.d).filter(k => !k.startsWith('$')).sort(), (await MCP.d.fine({})).content[0].text]",
+    );
+    assert_stderr(&out, 0, &["tool left out", "deep"]);
+    assert_eq!(
+        results(&out)[0]["value"],
+        serde_json::json!([["fine", "shallow"], "fine"])
+    );
+}
+
+#[test]
 fn a_server_that_dies_at_start_is_reported_with_what_it_said() {
     // As npx does for a mistyped package: the reason is on its stderr only.
     let typo = r#"{ mcpServers: { typo: { command: "sh", args: ["-c", "echo 'npm error 404 Not Found - GET https://registry.npmjs.org/server-evrything' >&2; exit 1"] } } }"#;

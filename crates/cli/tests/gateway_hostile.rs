@@ -209,6 +209,10 @@ fn end_of_input_stops_running_cells() {
     gateway.wait_until_burning();
     let closed = Instant::now();
     drop(gateway.stdin.take());
+    // The cell is aborted at once, and its answer still goes out (the
+    // SDK's drain would otherwise hold a 60 s cell for 5 s, then drop it).
+    let aborted = result_of(&gateway.response(1, Duration::from_secs(10)));
+    assert_eq!(aborted["code"], "aborted", "{aborted}");
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(status) = gateway.child.try_wait().unwrap() {

@@ -344,7 +344,7 @@ async fn a_task_whose_store_stays_unreachable_ends_when_its_run_expires() {
     .await
     .task_id;
     // The store goes away for good while the run waits: the task keeps
-    // trying (each `wait` is `runtime_unavailable`) only for the runs' TTL,
+    // trying (each `wait` is `runtime_busy`) only for the runs' TTL,
     // then ends as the run does, instead of polling forever.
     redis.kill();
     let (statuses, model) = completed_task(&alice, &id).await;

@@ -15,6 +15,14 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use rmcp::model::{ElicitRequestParams, ElicitResult, ErrorCode, ErrorData};
 use rmcp::service::{ElicitationMode, Peer, RoleServer};
 
+/// The largest relayed elicitation, question or answer, as JSON (a form's
+/// message and flat schema, or a URL, are far smaller).
+pub(crate) const MAX_ELICITATION_BYTES: usize = 64 << 10;
+
+/// How long the client gets to answer a relayed elicitation (a person may
+/// be filling in a form; past this the upstream gets an error).
+pub(crate) const ELICITATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The client sessions of the gateway, by session id: where a relayed
 /// request goes.
 #[derive(Default)]
@@ -93,8 +101,63 @@ impl ClientDirectory {
     }
 
     /// Relays an upstream's elicitation to the client of `sessions` (the
-    /// sessions of the server's calls in flight).
+    /// sessions of the server's calls in flight). Question and answer are
+    /// each at most [`MAX_ELICITATION_BYTES`], and the client gets
+    /// [`ELICITATION_TIMEOUT`] to answer: the upstream is never left
+    /// hanging on a client, nor handed an unbounded answer.
     pub(crate) async fn elicit(
+        &self,
+        server: &str,
+        sessions: &[String],
+        request: ElicitRequestParams,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.elicit_within(server, sessions, request, ELICITATION_TIMEOUT)
+            .await
+    }
+
+    async fn elicit_within(
+        &self,
+        server: &str,
+        sessions: &[String],
+        request: ElicitRequestParams,
+        timeout: std::time::Duration,
+    ) -> Result<ElicitResult, ErrorData> {
+        let too_large = |what: &str, bytes: usize| {
+            ErrorData::new(
+                ErrorCode::INVALID_PARAMS,
+                format!(
+                    "codemode gateway: the {what} is {bytes} bytes, over the gateway's limit of {MAX_ELICITATION_BYTES} bytes for a relayed elicitation; ask for less"
+                ),
+                None,
+            )
+        };
+        let asked = serde_json::to_vec(&request).map_or(usize::MAX, |json| json.len());
+        if asked > MAX_ELICITATION_BYTES {
+            return Err(too_large(
+                &format!("elicitation from MCP server `{server}`"),
+                asked,
+            ));
+        }
+        let relayed = tokio::time::timeout(timeout, self.relay(server, sessions, request))
+        .await
+        .map_err(|_| {
+            ErrorData::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!(
+                    "codemode gateway: the MCP client did not answer MCP server `{server}`'s elicitation within {} s",
+                    timeout.as_secs()
+                ),
+                None,
+            )
+        })??;
+        let answer = serde_json::to_vec(&relayed).map_or(usize::MAX, |json| json.len());
+        if answer > MAX_ELICITATION_BYTES {
+            return Err(too_large("client's answer to the elicitation", answer));
+        }
+        Ok(relayed)
+    }
+
+    async fn relay(
         &self,
         server: &str,
         sessions: &[String],
@@ -232,5 +295,58 @@ mod tests {
                 .unwrap_err();
             assert_eq!(err.code, ErrorCode::INVALID_REQUEST, "{sessions:?}");
         }
+    }
+
+    fn asking(modes: &[ElicitationMode]) -> (Arc<ClientDirectory>, Questions) {
+        let directory = Arc::new(ClientDirectory::default());
+        let questions = directory.ask_in_results("s1", modes.iter().cloned().collect());
+        (directory, questions)
+    }
+
+    #[tokio::test]
+    async fn an_oversized_question_or_answer_is_refused_not_relayed() {
+        let (directory, mut questions) = asking(&[ElicitationMode::Form]);
+        let huge = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: "x".repeat(MAX_ELICITATION_BYTES),
+            requested_schema: ElicitationSchema::builder().build().unwrap(),
+        };
+        let err = directory
+            .elicit("notes", &["s1".into()], huge)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::INVALID_PARAMS);
+        assert!(err.message.contains("over the gateway's limit"), "{err:?}");
+        assert!(questions.incoming.try_recv().is_err(), "never relayed");
+
+        let answering = tokio::spawn(async move {
+            let question = questions.incoming.recv().await.unwrap();
+            let content = serde_json::json!({ "note": "y".repeat(MAX_ELICITATION_BYTES) });
+            let _ = question.answer.send(
+                ElicitResult::new(rmcp::model::ElicitationAction::Accept).with_content(content),
+            );
+            questions
+        });
+        let err = directory
+            .elicit("notes", &["s1".into()], form())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::INVALID_PARAMS);
+        assert!(err.message.contains("client's answer"), "{err:?}");
+        drop(answering.await);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_answers_fails_the_elicitation_at_the_timeout() {
+        let (directory, questions) = asking(&[ElicitationMode::Form]);
+        let timeout = std::time::Duration::from_millis(100);
+        let started = std::time::Instant::now();
+        let err = directory
+            .elicit_within("notes", &["s1".into()], form(), timeout)
+            .await
+            .unwrap_err();
+        assert!(err.message.contains("did not answer"), "{err:?}");
+        assert!(started.elapsed() >= timeout);
+        drop(questions);
     }
 }

@@ -236,8 +236,13 @@ fn reactor_stream(fd: std::os::fd::OwnedFd, end: StdioEnd) -> Option<ReactorStre
 }
 
 /// Starts the guard between `input`/`output` (the process's stdin and
-/// stdout) and returns the pair the SDK serves on.
-pub(crate) fn guard<R, W>(input: R, output: W) -> (DuplexStream, DuplexStream)
+/// stdout) and returns the pair the SDK serves on. `input_ended` is
+/// cancelled when the client's input ends (EOF or a read error).
+pub(crate) fn guard<R, W>(
+    input: R,
+    output: W,
+    input_ended: tokio_util::sync::CancellationToken,
+) -> (DuplexStream, DuplexStream)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -292,6 +297,7 @@ where
             }
         }
         // End of input reaches the SDK as end of its input.
+        input_ended.cancel();
         let _ = to_sdk.shutdown().await;
     });
 

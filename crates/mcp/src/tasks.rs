@@ -260,7 +260,7 @@ async fn drive(
     to_result: impl Fn(&CodeModeResult) -> CallToolResult,
 ) {
     let mut round = 0u64;
-    // A `runtime_unavailable` that ended the run (its store could not keep
+    // A `runtime_busy` that ended the run (its store could not keep
     // it) is the task's result, not the "unknown run" of the next wait.
     let mut unavailable: Option<CodeModeResult> = None;
     let started = Instant::now();
@@ -310,7 +310,7 @@ async fn drive(
                 }
             }
             CodeModeResult::Failed {
-                code: Some(codemode_runtime::ErrorCode::RuntimeUnavailable),
+                code: Some(codemode_runtime::ErrorCode::RuntimeBusy),
                 ..
             } => {
                 // The run keeps waiting (a full VM queue, an unreachable

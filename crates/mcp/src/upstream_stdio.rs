@@ -98,6 +98,24 @@ impl InFlight {
         } else {
             match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
                 Ok(message) => return self.received(server, message),
+                Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+                    match without_deep_tools(line) {
+                        Some((pruned, left_out)) => {
+                            for tool in &left_out {
+                                warn!(
+                                    server,
+                                    tool,
+                                    "tool left out: its definition nests deeper than {MAX_TOOL_DEPTH} levels"
+                                );
+                            }
+                            match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(&pruned) {
+                                Ok(message) => return self.received(server, message),
+                                Err(e) => format!("a message that is not valid JSON-RPC ({e})"),
+                            }
+                        }
+                        None => format!("a message that is not valid JSON-RPC ({e})"),
+                    }
+                }
                 Err(e) => {
                     if is_unknown_notification(line) {
                         debug!(server, error = %e, "ignoring a notification the SDK cannot read");
@@ -177,6 +195,78 @@ impl InFlight {
             }
         }
     }
+}
+
+/// Deepest nesting of one tool definition in a `tools/list` reply: the
+/// SDK reads a message to 128 levels, and a tool sits 4 levels down.
+const MAX_TOOL_DEPTH: usize = 120;
+
+/// A `tools/list` reply nesting past the SDK's limit, with the tools that
+/// nest too deeply left out (so one such tool does not take its server's
+/// other tools with it), and the names of those left out. `None` when the
+/// line is not such a reply or nothing is left out. Only shallow levels
+/// are decoded: `RawValue` skips the rest without recursion.
+fn without_deep_tools(line: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
+    use serde_json::value::RawValue;
+    type RawObject = std::collections::BTreeMap<String, Box<RawValue>>;
+    #[derive(serde::Deserialize)]
+    struct Named {
+        name: Option<String>,
+    }
+    let mut message: RawObject = serde_json::from_slice(line).ok()?;
+    let mut result: RawObject = serde_json::from_str(message.get("result")?.get()).ok()?;
+    let tools: Vec<Box<RawValue>> = serde_json::from_str(result.get("tools")?.get()).ok()?;
+    let mut left_out = Vec::new();
+    let kept: Vec<Box<RawValue>> = tools
+        .into_iter()
+        .filter(|tool| {
+            let fits = json_depth(tool.get().as_bytes()) <= MAX_TOOL_DEPTH;
+            if !fits {
+                let name = serde_json::from_str::<Named>(tool.get())
+                    .ok()
+                    .and_then(|n| n.name)
+                    .unwrap_or_else(|| "(unnamed)".into());
+                left_out.push(name.chars().take(128).collect());
+            }
+            fits
+        })
+        .collect();
+    if left_out.is_empty() {
+        return None;
+    }
+    result.insert("tools".into(), serde_json::value::to_raw_value(&kept).ok()?);
+    message.insert(
+        "result".into(),
+        serde_json::value::to_raw_value(&result).ok()?,
+    );
+    Some((serde_json::to_vec(&message).ok()?, left_out))
+}
+
+/// How deeply `json` nests (objects and arrays), counted without parsing.
+fn json_depth(json: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 fn id_of(value: &Value) -> Option<RequestId> {
@@ -395,6 +485,52 @@ mod tests {
             f.judge("s", br#"{"jsonrpc":"2.0","id":1,"result":{}}"#, false)
                 .is_none()
         );
+    }
+
+    /// A schema nesting `levels` objects deep.
+    fn deep_schema(levels: usize) -> String {
+        let mut schema = r#"{"type":"string"}"#.to_owned();
+        for _ in 0..levels {
+            schema = format!(r#"{{"type":"object","properties":{{"a":{schema}}}}}"#);
+        }
+        schema
+    }
+
+    #[test]
+    fn a_tool_nesting_too_deeply_is_left_out_alone() {
+        let mut f = in_flight(&[4]);
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":4,"result":{{"tools":[{{"name":"shallow","inputSchema":{{"type":"object"}}}},{{"name":"deep \"one\" [","inputSchema":{}}},{{"name":"fine","inputSchema":{}}}]}}}}"#,
+            deep_schema(100),
+            deep_schema(20),
+        );
+        let Some(JsonRpcMessage::Response(response)) = f.judge("s", line.as_bytes(), false) else {
+            panic!("the reply should pass without the deep tool");
+        };
+        let tools = serde_json::to_value(&response.result).unwrap();
+        let names: Vec<&str> = tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["shallow", "fine"]);
+        assert!(f.pending.is_empty(), "the request was answered");
+        assert_eq!(
+            without_deep_tools(line.as_bytes()).unwrap().1,
+            [r#"deep "one" ["#]
+        );
+        // A deep reply that lists no tools still fails its request.
+        assert!(
+            without_deep_tools(br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#).is_none()
+        );
+    }
+
+    #[test]
+    fn json_depth_counts_brackets_outside_strings() {
+        assert_eq!(json_depth(b"1"), 0);
+        assert_eq!(json_depth(br#"{"a":[1,{"b":"]]]{{"}]}"#), 3);
+        assert_eq!(json_depth(br#"["\"[[["]"#), 1);
     }
 
     #[test]

@@ -17,6 +17,13 @@ use serde_json::Value;
 )]
 pub enum ErrorCode {
     RuntimeUnavailable,
+    /// The runtime works but is at a capacity limit right now: no live-VM
+    /// slot freed within the queue timeout, the principal is at
+    /// `auth.maxConcurrentExecs`, or the durable run store cannot be
+    /// reached. Nothing was started (a waiting run keeps waiting): retry
+    /// shortly. `runtime_unavailable` keeps the reference's meaning (the
+    /// sandbox cannot run at all), which retrying does not fix.
+    RuntimeBusy,
     InvalidConfig,
     InvalidInput,
     UnsupportedLanguage,
@@ -55,6 +62,7 @@ impl ErrorCode {
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::RuntimeUnavailable => "runtime_unavailable",
+            ErrorCode::RuntimeBusy => "runtime_busy",
             ErrorCode::InvalidConfig => "invalid_config",
             ErrorCode::InvalidInput => "invalid_input",
             ErrorCode::UnsupportedLanguage => "unsupported_language",
@@ -634,6 +642,7 @@ mod tests {
     fn code_names_match_serde() {
         for code in [
             ErrorCode::RuntimeUnavailable,
+            ErrorCode::RuntimeBusy,
             ErrorCode::TypescriptTransformFailed,
             ErrorCode::TooManyPendingToolCalls,
         ] {

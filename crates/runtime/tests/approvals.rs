@@ -190,7 +190,10 @@ async fn a_held_call_does_not_stop_other_calls_and_is_cancelled_with_the_run() {
     )
     .await;
     assert_eq!(r["status"], "waiting", "{r}");
-    assert_eq!(r["pendingToolCalls"][0]["toolId"], "client:app:remove", "{r}");
+    assert_eq!(
+        r["pendingToolCalls"][0]["toolId"], "client:app:remove",
+        "{r}"
+    );
     let outcomes: Vec<&str> = r["nestedCalls"]
         .as_array()
         .unwrap()

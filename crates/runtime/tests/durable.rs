@@ -6,7 +6,7 @@
 //! share runs (a call still running on the first is delivered on the
 //! second), ownership and TTL hold across processes, records of another
 //! guest build are refused, and an unreachable store fails the suspension
-//! with `runtime_unavailable`.
+//! with `runtime_busy`.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
@@ -179,7 +179,11 @@ async fn a_cell_that_returned_before_its_calls_settled_keeps_its_value_across_a_
     each_place(async |place| {
         let first = place.runtime(CONFIG);
         let s = session_of(&first, "alice", executor(Duration::from_secs(60)));
-        let started = exec(&s, r#"tools.later({}).then(v => text(v.later)); return "mine";"#).await;
+        let started = exec(
+            &s,
+            r#"tools.later({}).then(v => text(v.later)); return "mine";"#,
+        )
+        .await;
         assert_eq!(started["status"], "waiting", "{started}");
         let run_id = started["runId"].clone();
         common::eventually("the result is in the store", || {
@@ -360,7 +364,7 @@ async fn a_replica_that_dies_mid_call_gives_interrupted_on_the_other() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_store_fails_the_suspension_with_runtime_unavailable() {
+async fn an_unreachable_store_fails_the_suspension_with_runtime_busy() {
     let Place::Redis(mut server) = Place::redis() else {
         unreachable!()
     };
@@ -381,7 +385,7 @@ async fn an_unreachable_store_fails_the_suspension_with_runtime_unavailable() {
     assert_eq!(quick["value"], 42, "{quick}");
     let failed = exec(&s, "text('kept'); return await tools.slow({})").await;
     assert_eq!(failed["status"], "failed", "{failed}");
-    assert_eq!(failed["code"], "runtime_unavailable", "{failed}");
+    assert_eq!(failed["code"], "runtime_busy", "{failed}");
     assert!(
         failed["error"]
             .as_str()

@@ -70,7 +70,10 @@ async fn each_limit_has_its_code() {
         // Only the host's answers keep it busy: out of time, not waiting
         // for tools (a `wait` would repeat it forever).
         ("while (true) await tools.search('x')", "timeout"),
-        ("for (;;) await ALL_TOOLS.length + (await tools.search('y')).length", "timeout"),
+        (
+            "for (;;) await ALL_TOOLS.length + (await tools.search('y')).length",
+            "timeout",
+        ),
         (
             "const a = []; while (true) a.push('x'.repeat(1 << 20) + Math.random())",
             "memory_limit_exceeded",

@@ -360,7 +360,7 @@ async fn one_session_cannot_take_every_live_vm() {
     let mut refused = 0;
     for hog in hogs {
         let result = hog.await.unwrap();
-        if result["code"] == "runtime_unavailable" {
+        if result["code"] == "runtime_busy" {
             assert!(
                 result["error"]
                     .as_str()

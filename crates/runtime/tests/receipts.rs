@@ -131,7 +131,10 @@ async fn calls_still_running_when_the_run_ends_are_unknown_and_aborted_ones_canc
     assert_eq!(r["status"], "failed", "{r}");
     assert_eq!(
         outcomes(&r),
-        [pair("client:app:write", "ok"), pair("client:app:gated", "unknown")]
+        [
+            pair("client:app:write", "ok"),
+            pair("client:app:gated", "unknown")
+        ]
     );
 
     // An abort while a call runs: cancelled.
@@ -167,7 +170,10 @@ async fn a_cell_that_returned_waits_for_its_unawaited_calls_and_completes_when_t
     .await;
     assert_eq!(r["status"], "waiting", "{r}");
     assert_eq!(r["reason"], "pending_tools", "{r}");
-    assert_eq!(r["pendingToolCalls"][0]["toolId"], "client:app:gated", "{r}");
+    assert_eq!(
+        r["pendingToolCalls"][0]["toolId"], "client:app:gated",
+        "{r}"
+    );
     assert!(outcomes(&r).is_empty(), "nothing was cancelled: {r}");
     gate.add_permits(1);
     let done = wait(&s, &r["runId"]).await;

@@ -10,8 +10,8 @@
 //! replayed).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::PoisonError;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use redb::{
@@ -103,8 +103,14 @@ struct Held {
 
 /// The embedded durable run store.
 pub struct FileBackend {
-    db: Database,
+    /// The open database; `None` after an I/O error (redb then refuses
+    /// every transaction until the file is closed and opened again) until
+    /// the next operation reopens it.
+    db: RwLock<Option<Arc<Database>>>,
     path: PathBuf,
+    /// Tests: a disk that fails writes with ENOSPC while this is set.
+    #[cfg(test)]
+    disk_full: Arc<std::sync::atomic::AtomicBool>,
     instance: String,
     held: Mutex<Held>,
     notifier: Notifier,
@@ -139,6 +145,37 @@ fn private_file(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Opens (or creates) the redb file. A small page cache: `wait` in this
+/// process reads the live copy, the file is read back only after a
+/// restart or by another generation, so redb's default (1 GiB, filled by
+/// every record written) would only hold each waiting run's pages a
+/// second time.
+fn create_db(
+    path: &Path,
+    #[cfg(test)] disk_full: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Database, redb::DatabaseError> {
+    let builder = {
+        let mut builder = redb::Builder::new();
+        builder.set_cache_size(CACHE_BYTES);
+        builder
+    };
+    #[cfg(test)]
+    {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        builder.create_with_backend(tests::Disk {
+            file: redb::backends::FileBackend::new(file),
+            full: Arc::clone(disk_full),
+        })
+    }
+    #[cfg(not(test))]
+    builder.create(path)
+}
+
 impl FileBackend {
     /// Opens (or creates) the store at `path`, creating its directory.
     ///
@@ -159,14 +196,14 @@ impl FileBackend {
         // owner's alone, like the login tokens beside it.
         private_file(path)
             .map_err(|e| unavailable(format!("cannot create {}: {e}", path.display())))?;
-        // A small page cache: `wait` in this process reads the live copy,
-        // the file is read back only after a restart or by another
-        // generation, so redb's default (1 GiB, filled by every record
-        // written) would only hold each waiting run's pages a second time.
-        let db = redb::Builder::new()
-            .set_cache_size(CACHE_BYTES)
-            .create(path)
-            .map_err(|e| {
+        #[cfg(test)]
+        let disk_full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let db = create_db(
+            path,
+            #[cfg(test)]
+            &disk_full,
+        )
+        .map_err(|e| {
             unavailable(match e {
                 redb::DatabaseError::DatabaseAlreadyOpen => {
                     "another process has it open (one gateway per file store; use redis:// to share runs between processes)".into()
@@ -175,7 +212,9 @@ impl FileBackend {
             })
         })?;
         let backend = FileBackend {
-            db,
+            db: RwLock::new(Some(Arc::new(db))),
+            #[cfg(test)]
+            disk_full,
             path: path.to_owned(),
             instance: new_instance_id(),
             held: Mutex::default(),
@@ -190,23 +229,63 @@ impl FileBackend {
         &self.path
     }
 
-    fn unavailable(&self, e: impl std::fmt::Display) -> StoreError {
+    /// A redb error as the store's; after an I/O error the database is
+    /// closed, to be reopened by the next operation (a full disk that has
+    /// space again must not disable the store until a restart).
+    fn unavailable(&self, e: impl Into<redb::Error>) -> StoreError {
+        let e: redb::Error = e.into();
+        if matches!(e, redb::Error::Io(_) | redb::Error::PreviousIo) {
+            let closed = self
+                .db
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if closed.is_some() {
+                tracing::warn!(store = %self.describe(), error = %e, "I/O error in the run store; it is reopened on its next use");
+            }
+        }
         StoreError::Unavailable {
             store: self.describe(),
             reason: e.to_string(),
         }
     }
 
+    /// The open database, reopening it after an I/O error. Reopening waits
+    /// for transactions of the closed one to end (it holds the file lock
+    /// until then): until it succeeds, operations fail `Unavailable`.
+    fn db(&self) -> Result<Arc<Database>, StoreError> {
+        if let Some(db) = &*self.db.read().unwrap_or_else(PoisonError::into_inner) {
+            return Ok(Arc::clone(db));
+        }
+        let mut slot = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(db) = &*slot {
+            return Ok(Arc::clone(db));
+        }
+        let db = create_db(
+            &self.path,
+            #[cfg(test)]
+            &self.disk_full,
+        )
+        .map_err(|e| StoreError::Unavailable {
+            store: self.describe(),
+            reason: format!("reopening the file after an I/O error failed: {e}"),
+        })?;
+        tracing::info!(store = %self.describe(), "run store reopened after an I/O error");
+        let db = Arc::new(db);
+        *slot = Some(Arc::clone(&db));
+        Ok(db)
+    }
+
     /// Creates the tables and counts what the file holds.
     fn init(&self) -> Result<(), StoreError> {
-        let txn = self.db.begin_write().map_err(|e| self.unavailable(e))?;
+        let txn = self.db()?.begin_write().map_err(|e| self.unavailable(e))?;
         {
             txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
             txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
             txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
         }
         txn.commit().map_err(|e| self.unavailable(e))?;
-        let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+        let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
         let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
         let mut held = self.held();
         for entry in runs.iter().map_err(|e| self.unavailable(e))? {
@@ -224,7 +303,7 @@ impl FileBackend {
     }
 
     fn write(&self, durability: Durability) -> Result<redb::WriteTransaction, StoreError> {
-        let mut txn = self.db.begin_write().map_err(|e| self.unavailable(e))?;
+        let mut txn = self.db()?.begin_write().map_err(|e| self.unavailable(e))?;
         txn.set_durability(durability)
             .map_err(|e| self.unavailable(e))?;
         Ok(txn)
@@ -432,7 +511,7 @@ impl RunBackend for FileBackend {
                 instance: self.instance.clone(),
             });
         }
-        let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+        let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
         let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
         let header = runs
             .get(run_id)
@@ -511,7 +590,7 @@ impl RunBackend for FileBackend {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         self.notifier
             .wait_for(run_id, timeout, Duration::from_secs(1), || {
-                let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+                let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
                 let results = read.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
                 let value = results
                     .get((run_id, request_id))
@@ -526,7 +605,7 @@ impl RunBackend for FileBackend {
     }
 
     fn stats(&self) -> Result<StoreStats, StoreError> {
-        let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+        let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
         let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
         let mut stats = StoreStats::default();
         for entry in runs.iter().map_err(|e| self.unavailable(e))? {
@@ -546,7 +625,7 @@ impl RunBackend for FileBackend {
     fn expire(&self) -> Result<usize, StoreError> {
         let now = now_ms();
         let expired: Vec<String> = {
-            let read = self.db.begin_read().map_err(|e| self.unavailable(e))?;
+            let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
             let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
             let mut out = Vec::new();
             for entry in runs.iter().map_err(|e| self.unavailable(e))? {
@@ -616,6 +695,108 @@ mod tests {
     }
 
     use super::*;
+    use redb::{BackendError, StorageBackend};
+    use std::ops::Bound;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// The real file backend, whose writes fail with ENOSPC while `full`.
+    #[derive(Debug)]
+    pub(super) struct Disk {
+        pub(super) file: redb::backends::FileBackend,
+        pub(super) full: Arc<AtomicBool>,
+    }
+
+    impl Disk {
+        fn check(&self) -> Result<(), BackendError> {
+            if self.full.load(Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(28).into()); // ENOSPC
+            }
+            Ok(())
+        }
+    }
+
+    impl StorageBackend for Disk {
+        fn len(&self) -> Result<u64, BackendError> {
+            self.file.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
+            self.file.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> Result<(), BackendError> {
+            self.check()?;
+            self.file.set_len(len)
+        }
+        fn sync_data(&self) -> Result<(), BackendError> {
+            self.check()?;
+            self.file.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), BackendError> {
+            self.check()?;
+            self.file.write(offset, data)
+        }
+        fn close(&self) -> Result<(), BackendError> {
+            self.file.close()
+        }
+        fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+            self.file.try_lock_range(start, end)
+        }
+        fn try_lock_shared_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> Result<bool, BackendError> {
+            self.file.try_lock_shared_range(start, end)
+        }
+        fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+            self.file.lock_range(start, end)
+        }
+        fn lock_shared_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> Result<(), BackendError> {
+            self.file.lock_shared_range(start, end)
+        }
+        fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+            self.file.unlock_range(start, end)
+        }
+        fn query_lock_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> Result<bool, BackendError> {
+            self.file.query_lock_range(start, end)
+        }
+    }
+
+    #[test]
+    fn a_full_disk_fails_writes_and_the_store_works_again_once_space_is_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = FileBackend::open(&tmp.path().join("runs.db")).unwrap();
+        let bounds = Bounds {
+            max_runs: 10,
+            max_bytes: 1 << 20,
+        };
+        let ttl = Duration::from_secs(60);
+        store.put("run_a", "alice", b"first", ttl, bounds).unwrap();
+        store.disk_full.store(true, Ordering::SeqCst);
+        let err = store
+            .put("run_b", "alice", b"second", ttl, bounds)
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Unavailable { reason, .. } if reason.contains("No space left")),
+            "{err:?}"
+        );
+        store.disk_full.store(false, Ordering::SeqCst);
+        // redb alone would now answer "Previous I/O error" until a restart.
+        store.put("run_b", "alice", b"second", ttl, bounds).unwrap();
+        let claimed = store.claim("run_a", "alice", None).unwrap();
+        assert!(claimed.record.ends_with(b"first"));
+        assert_eq!(
+            store.stats().unwrap().waiting + store.stats().unwrap().resuming,
+            2
+        );
+    }
 
     proptest::proptest! {
         /// The file's bytes may be damaged: decoding never panics.

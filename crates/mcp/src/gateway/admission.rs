@@ -31,7 +31,7 @@ impl Drop for Running {
 
 impl GatewaySession {
     /// Counts one more running call for `principal` under
-    /// `auth.maxConcurrentExecs`; the refusal is a `runtime_unavailable`
+    /// `auth.maxConcurrentExecs`; the refusal is a `runtime_busy`
     /// result naming the limit.
     pub(super) fn admit(
         &self,
@@ -53,7 +53,7 @@ impl GatewaySession {
         let n = running.entry(principal.0.clone()).or_insert(0);
         if *n >= max {
             return Err(Box::new(CodeModeResult::failure(
-                codemode_runtime::ErrorCode::RuntimeUnavailable,
+                codemode_runtime::ErrorCode::RuntimeBusy,
                 format!(
                     "principal `{}` already has {max} exec/wait calls running (auth.maxConcurrentExecs); wait for one to finish",
                     principal.0

@@ -13,9 +13,10 @@ impl Gateway {
     /// [`GatewayError::Stdio`] when the handshake fails.
     pub async fn serve_stdio(&self) -> Result<(), GatewayError> {
         let (input, output) = stdio_guard::process_stdio();
+        let input_ended = tokio_util::sync::CancellationToken::new();
         // The handshake waits on the client: a shutdown must end it too.
         let running = tokio::select! {
-            r = self.session().serve(stdio_guard::guard(input, output)) => {
+            r = self.session().serve(stdio_guard::guard(input, output, input_ended.clone())) => {
                 r.map_err(|e| GatewayError::Stdio(e.to_string()))?
             }
             _ = self.shared.shutdown.cancelled() => {
@@ -23,6 +24,16 @@ impl Gateway {
                 return Ok(());
             }
         };
+        let runtime = self.shared.runtime.clone();
+        // The client closed its input: that is how a stdio client ends the
+        // server (MCP lifecycle). Cells still running are aborted now (their
+        // `aborted` answers still go out while the SDK drains), not left to
+        // run for the SDK's 5 s drain.
+        tokio::spawn(async move {
+            input_ended.cancelled().await;
+            info!("stdio client closed its input; aborting running cells");
+            runtime.shutdown();
+        });
         let reason = tokio::select! {
             r = running.waiting() => format!("{r:?}"),
             _ = self.shared.shutdown.cancelled() => "shutdown".into(),

@@ -235,8 +235,8 @@ async fn run_wait(
     Ok(result)
 }
 
-/// A VM slot of the run's scope, or `runtime_unavailable` (its message
-/// followed by `advice`) when none frees in time.
+/// A VM slot of the run's scope, or `runtime_busy` (its message followed
+/// by `advice`) when none frees in time.
 async fn vm_slot(env: &RunEnv, advice: &str) -> Result<crate::slots::VmPermit, CodeModeResult> {
     env.host
         .slots
@@ -244,7 +244,7 @@ async fn vm_slot(env: &RunEnv, advice: &str) -> Result<crate::slots::VmPermit, C
         .await
         .map_err(|e| {
             CodeModeResult::failure(
-                ErrorCode::RuntimeUnavailable,
+                ErrorCode::RuntimeBusy,
                 format!("{e}{advice}"),
                 Telemetry::default(),
             )
@@ -266,7 +266,7 @@ fn store_refusal(e: &StoreError, run_id: &str) -> (CodeModeResult, Vec<SnapshotE
         StoreError::Interrupted | StoreError::Restore(_) | StoreError::Lost(_) => {
             (ErrorCode::SnapshotRestoreFailed, Vec::new())
         }
-        StoreError::Unavailable(_) => (ErrorCode::RuntimeUnavailable, Vec::new()),
+        StoreError::Unavailable(_) => (ErrorCode::RuntimeBusy, Vec::new()),
         StoreError::Unknown
         | StoreError::Busy
         | StoreError::OtherScope

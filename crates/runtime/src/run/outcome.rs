@@ -316,7 +316,7 @@ fn write_record(
                 ),
             ),
             _ => (
-                ErrorCode::RuntimeUnavailable,
+                ErrorCode::RuntimeBusy,
                 format!(
                     "the run could not wait: {e}; it ended and its nested calls were cancelled (they may or may not have taken effect); run it again when the store is back"
                 ),

@@ -129,8 +129,8 @@ pub(crate) fn prepare_watching(
             "the source checks failed unexpectedly on this cell",
         )),
         Err(e) => Err(Refused::new(
-            ErrorCode::RuntimeUnavailable,
-            format!("could not start a thread to check the cell: {e}"),
+            ErrorCode::RuntimeBusy,
+            format!("could not start a thread to check the cell: {e}; retry shortly"),
         )),
     }
 }
