@@ -5,6 +5,10 @@
 //    of the gateway; after a restart on the same store, `wait` delivers the
 //    call that finished while the run waited and rejects the one whose
 //    process died with `interrupted` — neither runs twice;
+//  - stdio gateways of one user (no auth, the default store in one data
+//    directory): a run one window's gateway left waiting is resumed by
+//    another window's gateway running at the same time, and a run of a
+//    SIGKILLed gateway by the next one (its dead call `interrupted`);
 //  - two gateways on one real redis-server: exec on the first, wait on the
 //    second (the call still running on the first is delivered), and
 //    SIGKILL of the first mid-call gives `interrupted` on the second.
@@ -15,7 +19,7 @@ import { mkdtempSync, readFileSync, writeFileSync, existsSync } from "node:fs";
 import { createConnection } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { connectHttp, exec, freePort, here, startHttpGateway, wait } from "./harness.mjs";
+import { connectHttp, connectStdio, exec, freePort, here, startHttpGateway, wait } from "./harness.mjs";
 
 const ALICE = "alice-token-0123456789abcdef";
 const auth = { headers: { authorization: `Bearer ${ALICE}` } };
@@ -126,6 +130,48 @@ describe("the embedded file store", () => {
     assert.deepEqual(resumed.value, ["slept first", "slept after"]);
     await client.close();
     await gateway.stop();
+  });
+});
+
+describe("stdio gateways of one user share the default store", () => {
+  test("another window's gateway resumes a waiting run, and the next gateway a SIGKILLed one's", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "codemode-local-"));
+    const log = join(dir, "calls.log");
+    const config = join(dir, "gateway.json");
+    writeFileSync(config, JSON.stringify({
+      tools: { codeMode: { enabled: true, timeoutMs: 800 } },
+      mcpServers: { slow: { command: process.execPath, args: [join(here, "servers/slow.mjs")], env: { SLOW_LOG: log } } },
+    }));
+    // The default store (no --store): runs.db in this data directory.
+    const env = { CODEMODE_DATA_DIR: join(dir, "data") };
+    const first = await connectStdio(config, { env });
+    const second = await connectStdio(config, { env });
+    const started = await exec(first.client, `
+      const a = (await MCP.slow.sleep({ ms: 1500, tag: "window" })).content[0].text;
+      return [a, (await MCP.slow.sleep({ ms: 1, tag: "then" })).content[0].text];`);
+    assert.equal(started.status, "waiting", JSON.stringify(started));
+    // The other window's gateway follows the call still running in the
+    // first through the store, and runs the rest.
+    let resumed = await wait(second.client, started.runId);
+    for (let i = 0; resumed.status === "waiting" && i < 20; i++) resumed = await wait(second.client, started.runId);
+    assert.equal(resumed.status, "completed", JSON.stringify(resumed));
+    assert.deepEqual(resumed.value, ["slept window", "slept then"]);
+
+    const doomed = await exec(first.client, `
+      return await MCP.slow.sleep({ ms: 600000, tag: "doomed" }).then((r) => r.content[0].text, (e) => e.code);`);
+    assert.equal(doomed.status, "waiting", JSON.stringify(doomed));
+    process.kill(first.pid, "SIGKILL");
+    await first.close().catch(() => {});
+    const next = await connectStdio(config, { env });
+    const after = await wait(next.client, doomed.runId);
+    assert.equal(after.status, "completed", JSON.stringify(after));
+    assert.equal(after.value, "interrupted");
+    assert.deepEqual(calls(log), ["start doomed", "start then", "start window"]);
+    // One file for every gateway of the data directory, owner-only.
+    assert.ok(existsSync(join(dir, "data", "runs.db")));
+    assert.ok(!existsSync(join(dir, "data", "runs-2.db")));
+    await second.close();
+    await next.close();
   });
 });
 

@@ -136,16 +136,17 @@ function newClient({ onElicit } = {}) {
 }
 
 /** A real MCP client on `codemode serve` over stdio. */
-export async function connectStdio(configPath, { onElicit, args = [] } = {}) {
+export async function connectStdio(configPath, { onElicit, args = [], env = {} } = {}) {
   const transport = new StdioClientTransport({
     command: BIN,
     args: ["serve", "--config", configPath, ...args],
-    env: { ...process.env, CODEMODE_LOG: process.env.CODEMODE_LOG ?? "warn" },
+    env: { ...process.env, CODEMODE_LOG: process.env.CODEMODE_LOG ?? "warn", ...env },
     stderr: "inherit",
   });
   const client = newClient({ onElicit });
   await client.connect(transport);
-  return { client, close: () => client.close() };
+  // `pid`: the gateway process (to kill it as a crash would).
+  return { client, pid: transport.pid, close: () => client.close() };
 }
 
 /** Starts `codemode serve --http 127.0.0.1:0`; returns { url, stop }

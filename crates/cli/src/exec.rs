@@ -199,7 +199,7 @@ fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
         session_id: Some(format!("cli-{}", std::process::id())),
         ..RunContext::default()
     };
-    let owner = cli_owner(config.agent.as_deref());
+    let owner = codemode_mcp::gateway::local::local_owner(config.agent.as_deref());
     let tokio = tokio_runtime()?;
     let ran = tokio.block_on(async move {
         let gateway = match start(config, options, default_store, work.language())? {
@@ -282,7 +282,7 @@ fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
             print_result(&result)?;
         }
         if let CodeModeResult::Waiting { run_id, .. } = &result {
-            say_where_it_waits(&gateway, run_id, default_store);
+            say_where_it_waits(&gateway, run_id);
         }
         gateway.shutdown();
         drop(session);
@@ -297,10 +297,9 @@ fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
     ran
 }
 
-/// Starts the gateway for one local session. The default run store is
-/// held by one process at a time (`runs.db`, then `runs-2.db` ...): when
-/// every default file is held, the session keeps its runs in memory (said
-/// on stderr) rather than fail. `Ok(Err(result))`: the sandbox could not
+/// Starts the gateway for one local session. When the default run store
+/// cannot be opened, the session keeps its runs in memory (said on
+/// stderr) rather than fail. `Ok(Err(result))`: the sandbox could not
 /// start (`runtime_unavailable`, in the result shape callers parse).
 fn start(
     config: GatewayConfig,
@@ -338,39 +337,16 @@ fn start(
     }
 }
 
-/// Who the runs of `codemode exec` and `codemode wait` belong to: the
-/// user and the agent, so a later process of the same user (and agent)
-/// resumes them from a durable store, and nobody else: a bearer token's
-/// principal cannot hold a `:`, an OAuth user's starts `oauth:`.
-fn cli_owner(agent: Option<&str>) -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "local".into());
-    match agent {
-        Some(agent) => format!("cli:{user}:agent:{agent}"),
-        None => format!("cli:{user}"),
-    }
-}
-
-/// A waiting run left behind: where it is, when a plain `codemode wait`
-/// would not find it.
-fn say_where_it_waits(gateway: &Gateway, run_id: &str, default_store: bool) {
-    match gateway.runtime().durable_store_stats() {
-        None => crate::logs::say(
+/// A waiting run left in this process's memory: `codemode wait` will not
+/// find it.
+fn say_where_it_waits(gateway: &Gateway, run_id: &str) {
+    if gateway.runtime().durable_store_stats().is_none() {
+        crate::logs::say(
             tracing::Level::WARN,
             &format!(
                 "run {run_id} waits in this process's memory and ends with it: `codemode wait` cannot resume it (use --follow, or a durable --store)"
             ),
-        ),
-        Some((store, _)) if default_store && !store.ends_with("/runs.db") => {
-            crate::logs::say(
-                tracing::Level::WARN,
-                &format!(
-                    "run {run_id} waits in {store} (the first default file was held by another process): resume it with `codemode wait {run_id} --store {store}`"
-                ),
-            );
-        }
-        Some(_) => {}
+        );
     }
 }
 

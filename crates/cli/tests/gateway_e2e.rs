@@ -116,11 +116,13 @@ fn progress_reaches_a_client_that_asks() {
 /// one real redis-server (a call still running on the first is delivered
 /// on the second; killing the first mid-call gives `interrupted`); a `wait`
 /// sent right after a restart, before the upstream has started, still
-/// resumes a run that calls that upstream again.
+/// resumes a run that calls that upstream again; stdio gateways of one
+/// user share the default store (another window's gateway resumes a run,
+/// the next gateway a SIGKILLed one's).
 #[test]
 fn waiting_runs_survive_restarts_and_move_between_replicas() {
     let out = node_suite("durable.test.mjs");
-    assert!(out.contains("ℹ pass 4\n"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 5\n"), "every scenario ran: {out}");
 }
 
 /// Stateless MCP (`e2e/stateless.test.mjs`): the official TypeScript SDK

@@ -1,11 +1,10 @@
 //! Which run store the gateway keeps waiting runs in: `store` in the config
 //! or `--store`, else the embedded file store in the data directory.
 //!
-//! The file store is held by one process. Several gateways on one machine
-//! (each MCP client starting its own stdio gateway) would fight over one
-//! `runs.db`, so the default moves on to `runs-2.db` … `runs-8.db` when a
-//! file is held, and says which it took. A file named explicitly is never
-//! swapped for another.
+//! Every gateway of a data directory (each MCP client starts its own stdio
+//! gateway) shares its one `runs.db`: the file store is made for several
+//! processes at once, so a run one gateway suspended can be resumed by
+//! another, or by the next after a restart.
 
 use std::path::Path;
 
@@ -13,10 +12,6 @@ use codemode_runtime::DurableStore;
 use codemode_runtime::codemode_store::StoreError;
 
 use crate::config::StoreSetting;
-
-/// Files the default tries, in order.
-#[cfg(feature = "file-store")]
-const DEFAULT_FILES: usize = 8;
 
 /// Opens the store `setting` names (`None`: the default file store).
 /// `Ok(None)`: runs stay in memory.
@@ -68,37 +63,14 @@ fn not_built(store: &str, feature: &str) -> StoreError {
     }
 }
 
-/// `runs.db` in `dir`, else the next free of `runs-2.db` … `runs-8.db`.
+/// `runs.db` in `dir`, shared with every other gateway of `dir`.
 #[cfg(feature = "file-store")]
 fn open_default(dir: &Path) -> Result<Option<DurableStore>, String> {
-    let mut last = None;
-    for n in 1..=DEFAULT_FILES {
-        let path: std::path::PathBuf = match n {
-            1 => dir.join("runs.db"),
-            n => dir.join(format!("runs-{n}.db")),
-        };
-        match open_file(&path) {
-            Ok(store) => {
-                tracing::info!(store = %path.display(), "waiting runs are kept in the embedded file store");
-                return Ok(Some(store));
-            }
-            Err(e @ StoreError::Unavailable { .. })
-                if e.to_string().contains("another process") =>
-            {
-                last = Some(e);
-            }
-            Err(e) => {
-                return Err(format!(
-                    "{e}; pass --store file:PATH for another file, or --store memory"
-                ));
-            }
-        }
-    }
-    Err(format!(
-        "{}: all {DEFAULT_FILES} default run store files in {} are held by other gateways; pass --store file:PATH, a redis:// URL, or --store memory",
-        last.map(|e| e.to_string()).unwrap_or_default(),
-        dir.display()
-    ))
+    let path = dir.join("runs.db");
+    let store = open_file(&path)
+        .map_err(|e| format!("{e}; pass --store file:PATH for another file, or --store memory"))?;
+    tracing::info!(store = %path.display(), "waiting runs are kept in the embedded file store");
+    Ok(Some(store))
 }
 
 /// What `codemode_store` reports about the store, for logs and metrics.
@@ -114,17 +86,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_moves_to_the_next_file_when_one_is_held() {
+    fn every_gateway_of_a_data_directory_shares_its_one_file() {
         let dir = tempfile::tempdir().unwrap();
         let first = open_default(dir.path()).unwrap().unwrap();
         let second = open_default(dir.path()).unwrap().unwrap();
         assert!(first.0.describe().ends_with("/runs.db"));
-        assert!(second.0.describe().ends_with("/runs-2.db"));
-        drop(first);
-        let third = open_default(dir.path()).unwrap().unwrap();
-        assert!(
-            third.0.describe().ends_with("/runs.db"),
-            "a freed file is taken again"
-        );
+        assert!(second.0.describe().ends_with("/runs.db"));
+        let bounds = codemode_runtime::codemode_store::Bounds {
+            max_runs: 8,
+            max_bytes: 1 << 20,
+        };
+        let ttl = std::time::Duration::from_secs(60);
+        first.0.put("run_x", "o", b"r", ttl, bounds).unwrap();
+        assert_eq!(second.0.claim("run_x", "o", None).unwrap().record, b"r");
+        let files: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".db"))
+            .collect();
+        assert_eq!(files, ["runs.db"], "no file per process");
     }
 }

@@ -68,6 +68,8 @@ pub struct CodeModeSession {
     owner: std::sync::OnceLock<crate::executor::Owner>,
     /// Runs of this session may be resumed by whoever holds their id.
     runs_by_id: AtomicBool,
+    /// Runs only this session's scope may resume stay in this process.
+    scoped_runs_in_process: AtomicBool,
 }
 
 impl std::fmt::Debug for CodeModeSession {
@@ -99,6 +101,7 @@ impl CodeModeSession {
             approver: None,
             owner: std::sync::OnceLock::new(),
             runs_by_id: AtomicBool::new(false),
+            scoped_runs_in_process: AtomicBool::new(false),
         }
     }
 
@@ -116,6 +119,16 @@ impl CodeModeSession {
     /// (runs started from now on).
     pub fn resume_runs_by_id(&self) {
         self.runs_by_id.store(true, Ordering::SeqCst);
+    }
+
+    /// Keeps runs that only this session's scope may resume (no owner
+    /// bound, not resumable by id) out of a durable store: their record
+    /// there is a marker, their snapshot and results stay in this process.
+    /// For scopes no other process can ever have — a gateway's MCP session
+    /// ids die with it — writing VM memory and tool results to disk would
+    /// keep private data nobody can use.
+    pub fn keep_scoped_runs_in_process(&self) {
+        self.scoped_runs_in_process.store(true, Ordering::SeqCst);
     }
 
     /// Who may resume the runs this session starts: its owner (principal)
@@ -144,6 +157,10 @@ impl CodeModeSession {
             hooks: self.hooks.clone(),
             approver: self.approver.clone(),
             owner: self.owner.get().cloned(),
+            durable: self.host.store.backend.outlives_process()
+                && !(self.scoped_runs_in_process.load(Ordering::SeqCst)
+                    && self.owner.get().is_none()
+                    && !self.runs_by_id.load(Ordering::SeqCst)),
             owner_key: self.owner_key(),
         }
     }

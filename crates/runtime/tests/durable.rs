@@ -63,8 +63,8 @@ impl Place {
         Place::Redis(RedisServer::start())
     }
 
-    /// A backend on this place; the file store is retried while a dropped
-    /// runtime's last tasks still hold it (the file is locked per process).
+    /// A backend on this place (retried briefly: opening can race a
+    /// dropped runtime's last tasks).
     fn backend(&self) -> Arc<dyn RunBackend> {
         match self {
             Place::File(path, _) => {
@@ -203,6 +203,49 @@ async fn a_cell_that_returned_before_its_calls_settled_keeps_its_value_across_a_
         assert_eq!(done["output"][0]["text"], "done", "{done}");
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_only_its_process_local_scope_may_resume_never_reaches_the_disk() {
+    let place = Place::file();
+    let runtime = place.runtime(CONFIG);
+    let session = |executor| {
+        let run = format!("run-{}", codemode_sandbox::random_u64());
+        session_in(
+            &runtime,
+            context("agent", &format!("sess-{run}"), &run),
+            tools(),
+            &ToolPolicy::default(),
+            executor,
+        )
+    };
+    let stats = || runtime.durable_store_stats().unwrap().1.unwrap();
+    // A gateway's MCP session without a principal: nobody else can ever
+    // resume its runs, so only a marker is stored.
+    let scoped = session(executor(Duration::from_secs(60)));
+    scoped.keep_scoped_runs_in_process();
+    let code = r#"const big = "x".repeat(100000); const a = await tools.later({}); return [a, big.length];"#;
+    let started = exec(&scoped, code).await;
+    assert_eq!(started["status"], "waiting", "{started}");
+    assert!(
+        stats().bytes < 1_000,
+        "a marker, not a snapshot: {:?}",
+        stats()
+    );
+    // Its call's result stays in memory too; the run resumes from it.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(stats().results, 0);
+    let done = wait(&scoped, &started["runId"]).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["value"][0], json!({"later": "done"}));
+
+    // Bound to an owner, the same session's runs are durable again.
+    let owned = session(executor(Duration::from_secs(60)));
+    owned.keep_scoped_runs_in_process();
+    assert!(owned.bind_owner("alice", 64));
+    let started = exec(&owned, code).await;
+    assert_eq!(started["status"], "waiting", "{started}");
+    assert!(stats().bytes > 10_000, "the whole run: {:?}", stats());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,22 +1,21 @@
 //! The embedded durable store: one redb file (the gateway's default is
-//! `runs.db` in its data directory).
+//! `runs.db` in its data directory), shared by every process that opens it
+//! (redb's multi-writer mode: one write transaction at a time over all of
+//! them, each commit durable).
 //!
-//! redb locks the file for one process, so this process is the only one
-//! that runs nested calls for these runs: a run claimed or a call started by
-//! another instance id was claimed or started by a process that died. A
-//! write that must survive SIGKILL (a run stored, a claim, a call's result)
-//! commits with fsync; forgetting a run does not need to (a run that
-//! reappears after a crash is still marked as claimed, so it is refused, not
-//! replayed).
+//! Each process holds an exclusive lock on its own file in `<file>.instances/`
+//! while the store is open, so another process can tell whether the process
+//! that claimed a run or started a call is still alive: a lock it can take
+//! belongs to a process that died (the kernel releases it with the process,
+//! SIGKILL included). Counts that bound the store (runs, bytes) live in the
+//! file too, so every process enforces the same bounds.
 
 use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
-};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::notify::Notifier;
 use crate::{
@@ -30,6 +29,14 @@ const RESULTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("resul
 /// run id → when it expired (ms), so a late `wait` hears "expired", not
 /// "unknown"; kept for [`TOMBSTONE_MS`].
 const EXPIRED: TableDefinition<&str, u64> = TableDefinition::new("expired");
+/// The store's counts ([`RUN_COUNT`], [`BYTE_COUNT`]), kept in the same
+/// transactions that change them.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const RUN_COUNT: &str = "runs";
+const BYTE_COUNT: &str = "bytes";
+/// How often a wait for a result rechecks the file (a result written by
+/// another process wakes no one here).
+const RECHECK: Duration = Duration::from_millis(200);
 const TOMBSTONE_MS: u64 = 3_600_000;
 /// redb's page cache (read and write): see `FileBackend::open`.
 const CACHE_BYTES: usize = 4 << 20;
@@ -89,18 +96,6 @@ impl Header {
     }
 }
 
-/// Counts kept in memory (one process owns the file, so they stay true).
-#[derive(Default)]
-struct Held {
-    runs: u64,
-    bytes: u64,
-    /// Run id → bytes, to update `bytes` on replace and remove.
-    sizes: std::collections::HashMap<String, u64>,
-    /// Runs claimed by [`RunBackend::claim_deferred`] and not yet written
-    /// as claimed: run id → (owner, generation).
-    deferred: std::collections::HashMap<String, (String, u64)>,
-}
-
 /// The embedded durable run store.
 pub struct FileBackend {
     /// The open database; `None` after an I/O error (redb then refuses
@@ -112,8 +107,69 @@ pub struct FileBackend {
     #[cfg(test)]
     disk_full: Arc<std::sync::atomic::AtomicBool>,
     instance: String,
-    held: Mutex<Held>,
+    /// This process's liveness lock, held while the store is open.
+    alive: InstanceLock,
     notifier: Notifier,
+}
+
+/// A process's lock file in `<store>.instances/`: held (exclusive) by the
+/// process whose instance id names it, removed when it closes the store.
+struct InstanceLock {
+    dir: PathBuf,
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl InstanceLock {
+    fn take(store: &Path, instance: &str) -> std::io::Result<InstanceLock> {
+        let dir = instances_dir(store);
+        private_dir(&dir)?;
+        let path = dir.join(instance);
+        let file = std::fs::File::create(&path)?;
+        file.try_lock().map_err(std::io::Error::from)?;
+        Ok(InstanceLock {
+            dir,
+            path,
+            _file: file,
+        })
+    }
+
+    /// Whether the process of `instance` still holds its lock. A lock
+    /// that can be taken is a dead process's: its file is removed.
+    fn held_by(&self, instance: &str) -> bool {
+        // Instance ids are `<pid>-<hex>`: nothing else names a file here.
+        if instance.is_empty() || !instance.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            return false;
+        }
+        let path = self.dir.join(instance);
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+            // Cannot tell: keep following its calls rather than call them
+            // interrupted.
+            Err(_) => return true,
+        };
+        match file.try_lock() {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&path);
+                false
+            }
+            Err(std::fs::TryLockError::WouldBlock) => true,
+            Err(std::fs::TryLockError::Error(_)) => true,
+        }
+    }
+}
+
+impl Drop for InstanceLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn instances_dir(store: &Path) -> PathBuf {
+    let mut name = store.file_name().unwrap_or_default().to_owned();
+    name.push(".instances");
+    store.with_file_name(name)
 }
 
 /// Creates `dir` (and its parents) as owner-only (0700); a directory that
@@ -156,7 +212,9 @@ fn create_db(
 ) -> Result<Database, redb::DatabaseError> {
     let builder = {
         let mut builder = redb::Builder::new();
-        builder.set_cache_size(CACHE_BYTES);
+        builder
+            .set_cache_size(CACHE_BYTES)
+            .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter);
         builder
     };
     #[cfg(test)]
@@ -206,18 +264,25 @@ impl FileBackend {
         .map_err(|e| {
             unavailable(match e {
                 redb::DatabaseError::DatabaseAlreadyOpen => {
-                    "another process has it open (one gateway per file store; use redis:// to share runs between processes)".into()
+                    "a process of an older codemode has it open alone (it does not share the file); stop it, or pass another file".into()
                 }
                 other => other.to_string(),
             })
+        })?;
+        let instance = new_instance_id();
+        let alive = InstanceLock::take(path, &instance).map_err(|e| {
+            unavailable(format!(
+                "cannot take this process's lock in {}: {e}",
+                instances_dir(path).display()
+            ))
         })?;
         let backend = FileBackend {
             db: RwLock::new(Some(Arc::new(db))),
             #[cfg(test)]
             disk_full,
             path: path.to_owned(),
-            instance: new_instance_id(),
-            held: Mutex::default(),
+            instance,
+            alive,
             notifier: Notifier::default(),
         };
         backend.init()?;
@@ -276,37 +341,71 @@ impl FileBackend {
         Ok(db)
     }
 
-    /// Creates the tables and counts what the file holds.
+    /// Creates the tables, and the counts of a file written before they
+    /// were kept in it.
     fn init(&self) -> Result<(), StoreError> {
-        let txn = self.db()?.begin_write().map_err(|e| self.unavailable(e))?;
+        let txn = self.write()?;
         {
-            txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            let runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
             txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
             txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
+            let mut meta = txn.open_table(META).map_err(|e| self.unavailable(e))?;
+            if meta
+                .get(RUN_COUNT)
+                .map_err(|e| self.unavailable(e))?
+                .is_none()
+            {
+                let (mut count, mut bytes) = (0u64, 0u64);
+                for entry in runs.iter().map_err(|e| self.unavailable(e))? {
+                    let (_, value) = entry.map_err(|e| self.unavailable(e))?;
+                    count += 1;
+                    bytes += value.value().len() as u64;
+                }
+                meta.insert(RUN_COUNT, count)
+                    .map_err(|e| self.unavailable(e))?;
+                meta.insert(BYTE_COUNT, bytes)
+                    .map_err(|e| self.unavailable(e))?;
+            }
         }
-        txn.commit().map_err(|e| self.unavailable(e))?;
-        let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
-        let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
-        let mut held = self.held();
-        for entry in runs.iter().map_err(|e| self.unavailable(e))? {
-            let (id, value) = entry.map_err(|e| self.unavailable(e))?;
-            let bytes = value.value().len() as u64;
-            held.runs += 1;
-            held.bytes += bytes;
-            held.sizes.insert(id.value().to_owned(), bytes);
-        }
+        txn.commit().map_err(|e| self.unavailable(e))
+    }
+
+    /// The store's counts: (runs, bytes).
+    fn counts(&self, txn: &redb::WriteTransaction) -> Result<(u64, u64), StoreError> {
+        let meta = txn.open_table(META).map_err(|e| self.unavailable(e))?;
+        let read = |key| -> Result<u64, StoreError> {
+            Ok(meta
+                .get(key)
+                .map_err(|e| self.unavailable(e))?
+                .map_or(0, |v| v.value()))
+        };
+        Ok((read(RUN_COUNT)?, read(BYTE_COUNT)?))
+    }
+
+    /// Changes the counts by a run (`runs`: +1 added, -1 removed, 0
+    /// replaced) of `bytes_before` → `bytes_after`.
+    fn count(
+        &self,
+        txn: &redb::WriteTransaction,
+        runs: i64,
+        bytes_before: u64,
+        bytes_after: u64,
+    ) -> Result<(), StoreError> {
+        let (count, bytes) = self.counts(txn)?;
+        let mut meta = txn.open_table(META).map_err(|e| self.unavailable(e))?;
+        meta.insert(RUN_COUNT, count.saturating_add_signed(runs))
+            .map_err(|e| self.unavailable(e))?;
+        meta.insert(
+            BYTE_COUNT,
+            (bytes + bytes_after).saturating_sub(bytes_before),
+        )
+        .map_err(|e| self.unavailable(e))?;
         Ok(())
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self, durability: Durability) -> Result<redb::WriteTransaction, StoreError> {
-        let mut txn = self.db()?.begin_write().map_err(|e| self.unavailable(e))?;
-        txn.set_durability(durability)
-            .map_err(|e| self.unavailable(e))?;
-        Ok(txn)
+    /// A write transaction (durable: in multi-writer mode every commit is).
+    fn write(&self) -> Result<redb::WriteTransaction, StoreError> {
+        self.db()?.begin_write().map_err(|e| self.unavailable(e))
     }
 
     fn results_of(
@@ -325,20 +424,94 @@ impl FileBackend {
         Ok(out)
     }
 
-    /// A claim written with fsync, under the `held` lock.
-    fn claim_in(
+    /// Forgets `run_id` and its results in `txn`, counting it out.
+    fn remove_in(&self, txn: &redb::WriteTransaction, run_id: &str) -> Result<(), StoreError> {
+        let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+        let removed = runs
+            .remove(run_id)
+            .map_err(|e| self.unavailable(e))?
+            .map(|v| v.value().len() as u64);
+        drop(runs);
+        let mut results = txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+        let keys: Vec<u32> = self
+            .results_of(&results, run_id)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        for key in keys {
+            results
+                .remove((run_id, key))
+                .map_err(|e| self.unavailable(e))?;
+        }
+        drop(results);
+        if let Some(bytes) = removed {
+            self.count(txn, -1, bytes, 0)?;
+        }
+        Ok(())
+    }
+}
+
+impl RunBackend for FileBackend {
+    fn describe(&self) -> String {
+        format!("file:{}", self.path.display())
+    }
+
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    fn put(
         &self,
-        held: &mut Held,
         run_id: &str,
         owner: &str,
-        known: Option<u64>,
-    ) -> Result<Claimed, StoreError> {
-        if held.deferred.contains_key(run_id) {
-            return Err(StoreError::Busy {
-                instance: self.instance.clone(),
+        record: &[u8],
+        ttl: Duration,
+        bounds: Bounds,
+    ) -> Result<u64, StoreError> {
+        self.expire()?;
+        let txn = self.write()?;
+        let generation = {
+            let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            let previous = runs.get(run_id).map_err(|e| self.unavailable(e))?.map(|v| {
+                let value = v.value();
+                let generation = Header::decode(value).map_or(0, |(h, _)| h.generation);
+                (generation, value.len() as u64)
             });
-        }
-        let txn = self.write(Durability::Immediate)?;
+            let header = Header {
+                resuming: false,
+                generation: previous.map_or(0, |(g, _)| g) + 1,
+                expires_ms: now_ms().saturating_add(ttl.as_millis() as u64),
+                owner: owner.to_owned(),
+                instance: self.instance.clone(),
+            };
+            let value = header.encode(record);
+            let size = value.len() as u64;
+            let before = previous.map(|(_, bytes)| bytes);
+            let (count, bytes) = self.counts(&txn)?;
+            if before.is_none() && count as usize >= bounds.max_runs {
+                return Err(StoreError::Full {
+                    limit: bounds.max_runs,
+                });
+            }
+            if (bytes + size).saturating_sub(before.unwrap_or(0)) > bounds.max_bytes {
+                return Err(StoreError::BytesFull {
+                    limit: bounds.max_bytes,
+                    held: bytes,
+                    needed: size.saturating_sub(before.unwrap_or(0)),
+                });
+            }
+            runs.insert(run_id, value.as_slice())
+                .map_err(|e| self.unavailable(e))?;
+            drop(runs);
+            self.count(&txn, i64::from(before.is_none()), before.unwrap_or(0), size)?;
+            header.generation
+        };
+        txn.commit().map_err(|e| self.unavailable(e))?;
+        Ok(generation)
+    }
+
+    fn claim(&self, run_id: &str, owner: &str, known: Option<u64>) -> Result<Claimed, StoreError> {
+        let txn = self.write()?;
         let claimed = {
             let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
             let value = match runs.get(run_id).map_err(|e| self.unavailable(e))? {
@@ -360,7 +533,7 @@ impl FileBackend {
                 })?;
             if header.expires_ms <= now_ms() {
                 drop(runs);
-                self.remove_in(&txn, run_id, held)?;
+                self.remove_in(&txn, run_id)?;
                 txn.open_table(EXPIRED)
                     .map_err(|e| self.unavailable(e))?
                     .insert(run_id, now_ms())
@@ -385,8 +558,11 @@ impl FileBackend {
             header.resuming = true;
             header.instance = self.instance.clone();
             let record = value[at..].to_vec();
-            runs.insert(run_id, header.encode(&record).as_slice())
+            let claimed_value = header.encode(&record);
+            runs.insert(run_id, claimed_value.as_slice())
                 .map_err(|e| self.unavailable(e))?;
+            drop(runs);
+            self.count(&txn, 0, value.len() as u64, claimed_value.len() as u64)?;
             let results = txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
             Claimed {
                 record: if known == Some(header.generation) {
@@ -402,168 +578,15 @@ impl FileBackend {
         Ok(claimed)
     }
 
-    fn remove_in(
-        &self,
-        txn: &redb::WriteTransaction,
-        run_id: &str,
-        held: &mut Held,
-    ) -> Result<(), StoreError> {
-        let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
-        runs.remove(run_id).map_err(|e| self.unavailable(e))?;
-        let mut results = txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
-        let keys: Vec<u32> = self
-            .results_of(&results, run_id)?
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
-        for key in keys {
-            results
-                .remove((run_id, key))
-                .map_err(|e| self.unavailable(e))?;
-        }
-        held.deferred.remove(run_id);
-        if let Some(bytes) = held.sizes.remove(run_id) {
-            held.runs -= 1;
-            held.bytes -= bytes;
-        }
-        Ok(())
-    }
-}
-
-impl RunBackend for FileBackend {
-    fn describe(&self) -> String {
-        format!("file:{}", self.path.display())
-    }
-
-    fn instance(&self) -> &str {
-        &self.instance
-    }
-
-    fn put(
-        &self,
-        run_id: &str,
-        owner: &str,
-        record: &[u8],
-        ttl: Duration,
-        bounds: Bounds,
-    ) -> Result<u64, StoreError> {
-        self.expire()?;
-        let mut held = self.held();
-        let txn = self.write(Durability::Immediate)?;
-        let generation = {
-            let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
-            let previous = runs
-                .get(run_id)
-                .map_err(|e| self.unavailable(e))?
-                .and_then(|v| Header::decode(v.value()).map(|(h, _)| h.generation));
-            let header = Header {
-                resuming: false,
-                generation: previous.unwrap_or(0) + 1,
-                expires_ms: now_ms().saturating_add(ttl.as_millis() as u64),
-                owner: owner.to_owned(),
-                instance: self.instance.clone(),
-            };
-            let value = header.encode(record);
-            let size = value.len() as u64;
-            let before = held.sizes.get(run_id).copied();
-            if before.is_none() && held.runs as usize >= bounds.max_runs {
-                return Err(StoreError::Full {
-                    limit: bounds.max_runs,
-                });
-            }
-            let after = held.bytes - before.unwrap_or(0) + size;
-            if after > bounds.max_bytes {
-                return Err(StoreError::BytesFull {
-                    limit: bounds.max_bytes,
-                    held: held.bytes,
-                    needed: size.saturating_sub(before.unwrap_or(0)),
-                });
-            }
-            runs.insert(run_id, value.as_slice())
-                .map_err(|e| self.unavailable(e))?;
-            held.deferred.remove(run_id);
-            held.sizes.insert(run_id.to_owned(), size);
-            held.runs += u64::from(before.is_none());
-            held.bytes = after;
-            header.generation
-        };
-        txn.commit().map_err(|e| self.unavailable(e))?;
-        Ok(generation)
-    }
-
-    fn exclusive(&self) -> bool {
-        true
-    }
-
-    fn claim(&self, run_id: &str, owner: &str, known: Option<u64>) -> Result<Claimed, StoreError> {
-        self.claim_in(&mut self.held(), run_id, owner, known)
-    }
-
-    fn claim_deferred(
-        &self,
-        run_id: &str,
-        owner: &str,
-        known: Option<u64>,
-    ) -> Result<Claimed, StoreError> {
-        let mut held = self.held();
-        if held.deferred.contains_key(run_id) {
-            return Err(StoreError::Busy {
-                instance: self.instance.clone(),
-            });
-        }
-        let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
-        let runs = read.open_table(RUNS).map_err(|e| self.unavailable(e))?;
-        let header = runs
-            .get(run_id)
-            .map_err(|e| self.unavailable(e))?
-            .and_then(|v| Header::decode(v.value()).map(|(h, _)| h));
-        match header {
-            Some(h)
-                if known == Some(h.generation)
-                    && !h.resuming
-                    && h.expires_ms > now_ms()
-                    && (h.owner == ANY_OWNER || h.owner == owner) =>
-            {
-                let results = read.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
-                let results = self.results_of(&results, run_id)?;
-                held.deferred
-                    .insert(run_id.to_owned(), (owner.to_owned(), h.generation));
-                Ok(Claimed {
-                    record: Vec::new(),
-                    generation: h.generation,
-                    results,
-                })
-            }
-            // A record to send back, or a refusal: as a claim does it.
-            _ => {
-                drop(runs);
-                drop(read);
-                self.claim_in(&mut held, run_id, owner, known)
-            }
-        }
-    }
-
-    fn confirm_claim(&self, run_id: &str) -> Result<(), StoreError> {
-        let mut held = self.held();
-        match held.deferred.remove(run_id) {
-            Some((owner, generation)) => self
-                .claim_in(&mut held, run_id, &owner, Some(generation))
-                .map(|_| ()),
-            None => Ok(()),
-        }
-    }
-
     fn remove(&self, run_id: &str) -> Result<(), StoreError> {
-        let mut held = self.held();
-        let txn = self.write(Durability::None)?;
-        self.remove_in(&txn, run_id, &mut held)?;
+        let txn = self.write()?;
+        self.remove_in(&txn, run_id)?;
         txn.commit().map_err(|e| self.unavailable(e))
     }
 
     fn put_result(&self, run_id: &str, request_id: u32, outcome: &[u8]) -> Result<(), StoreError> {
         {
-            let _held = self.held();
-            let txn = self.write(Durability::Immediate)?;
+            let txn = self.write()?;
             {
                 // Only for a run the store still has: a late result of a
                 // finished run must not linger.
@@ -588,20 +611,18 @@ impl RunBackend for FileBackend {
         request_id: u32,
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.notifier
-            .wait_for(run_id, timeout, Duration::from_secs(1), || {
-                let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
-                let results = read.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
-                let value = results
-                    .get((run_id, request_id))
-                    .map_err(|e| self.unavailable(e))?;
-                Ok(value.map(|v| v.value().to_vec()))
-            })
+        self.notifier.wait_for(run_id, timeout, RECHECK, || {
+            let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
+            let results = read.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+            let value = results
+                .get((run_id, request_id))
+                .map_err(|e| self.unavailable(e))?;
+            Ok(value.map(|v| v.value().to_vec()))
+        })
     }
 
     fn instance_alive(&self, instance: &str) -> bool {
-        // The file is locked to this process: any other instance is gone.
-        instance == self.instance
+        instance == self.instance || self.alive.held_by(instance)
     }
 
     fn stats(&self) -> Result<StoreStats, StoreError> {
@@ -639,8 +660,7 @@ impl RunBackend for FileBackend {
         if expired.is_empty() {
             return Ok(0);
         }
-        let mut held = self.held();
-        let txn = self.write(Durability::None)?;
+        let txn = self.write()?;
         {
             let mut tombstones = txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
             let old: Vec<String> = tombstones
@@ -662,7 +682,7 @@ impl RunBackend for FileBackend {
             }
         }
         for id in &expired {
-            self.remove_in(&txn, id, &mut held)?;
+            self.remove_in(&txn, id)?;
         }
         txn.commit().map_err(|e| self.unavailable(e))?;
         tracing::info!(

@@ -19,8 +19,7 @@ const BOUNDS: Bounds = Bounds {
 };
 const TTL: Duration = Duration::from_secs(60);
 
-/// Opens backends on one store: a second `open` is another process's view
-/// (for the file store, after the first is closed: the file is locked).
+/// Opens backends on one store: a second `open` is another process's view.
 trait Place {
     fn open(&self) -> Arc<dyn RunBackend>;
 }
@@ -374,25 +373,66 @@ fn a_garbage_redis_record_is_unreadable_not_another_owners() {
 }
 
 #[test]
-fn a_file_store_is_held_by_one_process_and_survives_reopening() {
+fn a_file_store_is_shared_by_every_process_that_opens_it_and_survives_reopening() {
+    let place = file_place();
+    let a = place.open();
+    let b = place.open();
+    assert_ne!(a.instance(), b.instance());
+    assert!(a.instance_alive(b.instance()) && b.instance_alive(a.instance()));
+    a.put("run_f", ANY_OWNER, b"durable", TTL, BOUNDS)
+        .expect("put");
+    // The bounds count every process's runs.
+    let one = Bounds {
+        max_runs: 1,
+        max_bytes: 1 << 20,
+    };
+    assert_eq!(
+        b.put("run_g", "o", b"more", TTL, one),
+        Err(StoreError::Full { limit: 1 })
+    );
+    let claimed = b.claim("run_f", "x", None).expect("claims on b");
+    assert_eq!(claimed.record, b"durable");
+    assert!(matches!(
+        a.claim("run_f", "x", None),
+        Err(StoreError::Busy { instance }) if instance == b.instance()
+    ));
+    // A result written by one process reaches a wait in the other.
+    let waiter = {
+        let b = Arc::clone(&b);
+        std::thread::spawn(move || b.await_result("run_f", 3, Duration::from_secs(10)))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    a.put_result("run_f", 3, b"ok").expect("result");
+    assert_eq!(waiter.join().unwrap(), Ok(Some(b"ok".to_vec())));
+    // b dies holding the claim: a sees it gone, and the run interrupted.
+    let dead = b.instance().to_owned();
+    drop(b);
+    assert!(!a.instance_alive(&dead));
+    assert!(matches!(
+        a.claim("run_f", "x", None),
+        Err(StoreError::Interrupted { .. })
+    ));
+    drop(a);
+    let reopened = place.open();
+    assert_eq!(reopened.stats().expect("stats").resuming, 1);
+}
+
+#[test]
+fn a_file_store_process_killed_without_closing_is_dead_to_the_others() {
     let place = file_place();
     let store = place.open();
-    store
-        .put("run_f", ANY_OWNER, b"durable", TTL, BOUNDS)
-        .expect("put");
-    match FileBackend::open(&place.0).map(|_| ()) {
-        Err(StoreError::Unavailable { reason, .. }) => {
-            assert!(reason.contains("another process"), "{reason}")
-        }
-        other => panic!("a second open must be refused, got {other:?}"),
-    }
-    drop(store);
-    let reopened = place.open();
-    assert_eq!(reopened.stats().expect("stats").waiting, 1);
-    assert_eq!(
-        reopened.claim("run_f", "x", None).expect("claims").record,
-        b"durable"
+    // What SIGKILL leaves: a lock file nobody holds (the kernel released
+    // the lock with the process).
+    let instances = place.0.with_file_name("runs.db.instances");
+    std::fs::write(instances.join("4242-00ff"), b"").unwrap();
+    assert!(!store.instance_alive("4242-00ff"));
+    assert!(
+        !instances.join("4242-00ff").exists(),
+        "the dead process's file is removed"
     );
+    // Names that are not instance ids never reach the file system.
+    assert!(!store.instance_alive("../runs.db"));
+    assert!(!store.instance_alive(""));
 }
 
 #[test]
@@ -436,28 +476,6 @@ fn a_deferred_claim_holds_like_a_claim_and_a_confirmed_one_is_a_claim() {
             Err(StoreError::Unknown)
         );
     });
-}
-
-#[test]
-fn a_file_store_forgets_an_unconfirmed_claim_with_its_process_but_not_a_confirmed_one() {
-    let place = file_place();
-    let store = place.open();
-    store.put("run_u", "o", b"u", TTL, BOUNDS).expect("put");
-    store.put("run_c", "o", b"c", TTL, BOUNDS).expect("put");
-    store.claim_deferred("run_u", "o", Some(1)).expect("claims");
-    store.claim_deferred("run_c", "o", Some(1)).expect("claims");
-    store.confirm_claim("run_c").expect("confirms");
-    drop(store);
-    let reopened = place.open();
-    // Nothing new ran under the unconfirmed claim: the run waits again.
-    assert_eq!(
-        reopened.claim("run_u", "o", None).expect("claims").record,
-        b"u"
-    );
-    assert!(matches!(
-        reopened.claim("run_c", "o", None),
-        Err(StoreError::Interrupted { .. })
-    ));
 }
 
 #[test]

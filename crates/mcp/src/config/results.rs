@@ -27,7 +27,8 @@ pub enum ResultForm {
 pub enum StoreSetting {
     /// `memory`: in this process only; a restart loses waiting runs.
     Memory,
-    /// `file:PATH`: the embedded durable store (one process at a time).
+    /// `file:PATH`: the embedded durable store (shared by every process
+    /// that opens it).
     File(std::path::PathBuf),
     /// `redis://[user:password@]HOST:PORT/DB`: shared by replicas.
     Redis(String),

@@ -30,6 +30,43 @@ pub struct LocalSession {
     pub owner: Option<String>,
 }
 
+/// Who the runs of the local user belong to — `codemode exec`/`wait` and
+/// every stdio client's gateway of that user (and agent) — so a later
+/// process of the same user resumes them from a durable store, and nobody
+/// else: a bearer token's principal cannot hold a `:`, an OAuth user's
+/// starts `oauth:`. The user is the OS account running the process.
+pub fn local_owner(agent: Option<&str>) -> String {
+    let user = os_user();
+    match agent {
+        Some(agent) => format!("cli:{user}:agent:{agent}"),
+        None => format!("cli:{user}"),
+    }
+}
+
+/// The OS account running this process: its name from `USER`/`LOGNAME`
+/// when they name this uid's account, else `uid<N>`.
+fn os_user() -> String {
+    #[cfg(unix)]
+    {
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let named = ["USER", "LOGNAME"]
+            .iter()
+            .filter_map(|key| std::env::var(key).ok())
+            .find(|name| !name.is_empty() && !name.contains(':'));
+        match named {
+            // The name alone would let another account that sets USER
+            // take these runs: the uid is part of the owner.
+            Some(name) => format!("{name}({uid})"),
+            None => format!("uid{uid}"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        std::env::var("USERNAME").unwrap_or_else(|_| "local".into())
+    }
+}
+
 impl Gateway {
     /// A code-mode session with the gateway's runtime, hooks and
     /// upstreams, for a caller that is not an MCP client (`codemode exec`

@@ -148,6 +148,8 @@ pub(super) struct Shared {
     /// The `agentId` client sessions' runs carry (hooks and traces see
     /// it): the `--agent` id, else `codemode-gateway`.
     agent_id: String,
+    /// The configured agent (`--agent`), if any.
+    agent: Option<String>,
 }
 
 /// The gateway: one per process. Cheap to clone.
@@ -213,6 +215,7 @@ impl Gateway {
                     .agent
                     .clone()
                     .unwrap_or_else(|| "codemode-gateway".into()),
+                agent: config.agent.clone(),
             }),
         })
     }
@@ -258,6 +261,10 @@ impl Gateway {
         if let Some(hook) = &self.shared.hook {
             session = session.with_hooks(Arc::clone(hook) as Arc<dyn ToolHooks>);
         }
+        // Its id dies with this process: runs only it may resume (no
+        // principal, no local user, not resumable by id) are never written
+        // to a durable store.
+        session.keep_scoped_runs_in_process();
         // Requests upstream servers make during this client's nested calls
         // are relayed to it (see `relay`).
         self.shared

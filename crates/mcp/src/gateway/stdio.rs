@@ -13,10 +13,19 @@ impl Gateway {
     /// [`GatewayError::Stdio`] when the handshake fails.
     pub async fn serve_stdio(&self) -> Result<(), GatewayError> {
         let (input, output) = stdio_guard::process_stdio();
+        let session = self.session();
+        // The client runs as the local user: its runs are the user's (as
+        // `codemode exec`'s are), so the next gateway of this user — after
+        // a restart, or another window's — resumes them from the store.
+        let owner = super::local::local_owner(self.shared.agent.as_deref());
+        session.session.bind_owner(
+            &owner,
+            codemode_runtime::RuntimeOptions::default().max_suspended_runs,
+        );
         let input_ended = tokio_util::sync::CancellationToken::new();
         // The handshake waits on the client: a shutdown must end it too.
         let running = tokio::select! {
-            r = self.session().serve(stdio_guard::guard(input, output, input_ended.clone())) => {
+            r = session.serve(stdio_guard::guard(input, output, input_ended.clone())) => {
                 r.map_err(|e| GatewayError::Stdio(e.to_string()))?
             }
             _ = self.shared.shutdown.cancelled() => {

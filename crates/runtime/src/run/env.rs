@@ -39,6 +39,9 @@ pub(crate) struct RunEnv {
     /// Who may resume the runs this session starts: its owner (principal)
     /// if bound, anyone with the id if the session says so, else the scope.
     pub(crate) owner_key: Arc<str>,
+    /// Whether its runs' snapshots and results go to the durable store
+    /// (else only a marker record: the live copy is the run).
+    pub(crate) durable: bool,
 }
 
 impl RunEnv {
@@ -68,6 +71,7 @@ impl RunEnv {
             handles: Default::default(),
             owner_key: Arc::clone(&self.owner_key),
             returned: None,
+            durable: self.durable,
         }
     }
 

@@ -268,7 +268,7 @@ fn forget(ctx: &DriveCtx, run_id: &str) {
 /// none is lost whichever process resumes the run. Returns whether the run
 /// was aborted meanwhile (then nothing is written).
 fn carry_arrived(ctx: &DriveCtx, store: &Store, state: &mut RunState, run_id: &str) -> bool {
-    if store.backend.outlives_process() {
+    if state.durable {
         state.calls.sink().persist_to(&store.backend, run_id);
     }
     // A claim not yet taken is moot: the run waits again.
@@ -294,7 +294,7 @@ fn write_record(
     run_id: &str,
 ) -> Result<u64, (ErrorCode, String)> {
     let backend = &store.backend;
-    let record = if backend.outlives_process() {
+    let record = if state.durable {
         crate::run::record::encode(state, &snapshot.to_bytes(), backend.instance())
     } else {
         crate::run::record::LIVE_ONLY.to_vec()

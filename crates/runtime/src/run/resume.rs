@@ -128,6 +128,8 @@ fn restore(
     );
     state.owner_key = Arc::from(record.owner_key.as_str());
     state.returned = record.returned.take();
+    // It was in the store: whoever may resume it may do so elsewhere.
+    state.durable = true;
     state.source_map = record
         .typescript
         .as_deref()

@@ -68,4 +68,7 @@ pub(crate) struct RunState {
     /// The cell's value once it returned while calls it never awaited were
     /// still running: the run completes with it when they have settled.
     pub(crate) returned: Option<serde_json::Value>,
+    /// Whether the run's snapshot and results are written to the durable
+    /// store ([`crate::run::env::RunEnv::durable`]).
+    pub(crate) durable: bool,
 }
