@@ -41,9 +41,22 @@ const POLL_INTERVAL_MS: u64 = 500;
 /// from the first to the last of these: a task never spins a core.
 const FIRST_YIELD_PAUSE: Duration = Duration::from_millis(50);
 const LAST_YIELD_PAUSE: Duration = Duration::from_secs(2);
-/// Tasks held at once; past it the oldest finished ones go first, and a new
-/// task is refused (the run stays a plain `waiting` result).
+/// Tasks held at once; past it the oldest finished one goes first, and
+/// with none finished a new task is refused (the run stays a plain
+/// `waiting` result).
 const MAX_TASKS: usize = 4096;
+/// Tasks one holder (a principal, else a client address) may hold at once:
+/// an eighth of the table, so one client cannot take it from the others.
+const MAX_TASKS_PER_HOLDER: usize = MAX_TASKS / 8;
+
+/// Who asked for a task.
+pub(crate) struct Requester {
+    /// The principal (`None`: no authentication): only it sees the task.
+    pub(crate) principal: Option<String>,
+    /// Whose share of the table the task takes (the principal, else the
+    /// client's address).
+    pub(crate) holder: String,
+}
 
 /// The tasks of one gateway process.
 #[derive(Default)]
@@ -54,6 +67,9 @@ pub(crate) struct Tasks {
 struct TaskEntry {
     /// The principal that created it (`None`: no authentication).
     owner: Option<String>,
+    /// Whose share of the table it takes (the principal, else the client's
+    /// address).
+    holder: String,
     created_at: String,
     ttl: Duration,
     state: Mutex<TaskState>,
@@ -70,6 +86,34 @@ struct TaskState {
     cancel_requested: bool,
     /// The call id of the `wait` driving the run now.
     driving: Option<String>,
+}
+
+/// Makes room for one more task of `holder`: past its share, its oldest
+/// finished task goes; past the table's size, the oldest finished task of
+/// anyone. `false` when that would take a running task.
+fn make_room(entries: &mut HashMap<String, Arc<TaskEntry>>, holder: &str) -> bool {
+    let oldest_finished = |entries: &HashMap<String, Arc<TaskEntry>>, of: Option<&str>| {
+        entries
+            .iter()
+            .filter(|(_, e)| of.is_none_or(|h| e.holder == h))
+            .filter_map(|(id, e)| e.lock().finished.map(|at| (at, id.clone())))
+            .min()
+            .map(|(_, id)| id)
+    };
+    let held = entries.values().filter(|e| e.holder == holder).count();
+    if held >= MAX_TASKS_PER_HOLDER {
+        match oldest_finished(entries, Some(holder)) {
+            Some(id) => entries.remove(&id),
+            None => return false,
+        };
+    }
+    if entries.len() >= MAX_TASKS {
+        match oldest_finished(entries, None) {
+            Some(id) => entries.remove(&id),
+            None => return false,
+        };
+    }
+    true
 }
 
 fn now() -> String {
@@ -167,7 +211,7 @@ impl Tasks {
         self: &Arc<Self>,
         run_id: &str,
         waiting: &CodeModeResult,
-        owner: Option<String>,
+        who: Requester,
         session: Arc<CodeModeSession>,
         ttl: Duration,
         to_result: impl Fn(&CodeModeResult) -> CallToolResult + Send + Sync + 'static,
@@ -175,7 +219,8 @@ impl Tasks {
         let created_at = now();
         let (payload, message) = waiting_payload(waiting);
         let entry = Arc::new(TaskEntry {
-            owner,
+            owner: who.principal,
+            holder: who.holder,
             created_at: created_at.clone(),
             ttl,
             state: Mutex::new(TaskState {
@@ -191,10 +236,12 @@ impl Tasks {
         {
             let mut entries = self.entries();
             Tasks::prune(&mut entries);
-            if entries.len() >= MAX_TASKS {
+            if !make_room(&mut entries, &entry.holder) {
                 tracing::warn!(
+                    holder = %entry.holder,
                     tasks = entries.len(),
-                    "task table full: answering waiting instead of a task"
+                    "no room in the task table for {} (its share is {MAX_TASKS_PER_HOLDER} running tasks, the table's {MAX_TASKS}): answering waiting instead of a task",
+                    entry.holder
                 );
                 return None;
             }
@@ -377,5 +424,105 @@ fn failed_error(message: &str) -> JsonObject {
     match json!({ "code": -32603, "message": message }) {
         serde_json::Value::Object(map) => map,
         _ => JsonObject::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+    use super::*;
+
+    fn entry(holder: &str, finished: Option<Instant>) -> Arc<TaskEntry> {
+        let waiting = CodeModeResult::failure(
+            codemode_runtime::ErrorCode::Timeout,
+            "x",
+            codemode_runtime::Telemetry::default(),
+        );
+        let (payload, message) = waiting_payload(&waiting);
+        Arc::new(TaskEntry {
+            owner: None,
+            holder: holder.to_owned(),
+            created_at: now(),
+            ttl: Duration::from_secs(60),
+            state: Mutex::new(TaskState {
+                payload,
+                message,
+                updated_at: now(),
+                finished,
+                cancel_requested: false,
+                driving: None,
+            }),
+            session: Mutex::new(None),
+        })
+    }
+
+    fn fill(entries: &mut HashMap<String, Arc<TaskEntry>>, holder: &str, n: usize, finished: bool) {
+        let start = Instant::now();
+        for i in 0..n {
+            let at = finished.then(|| start + Duration::from_millis(i as u64));
+            entries.insert(format!("{holder}-{i}"), entry(holder, at));
+        }
+    }
+
+    #[test]
+    fn one_holder_gets_its_share_of_the_table_and_no_more() {
+        let mut entries = HashMap::new();
+        fill(&mut entries, "addr:10.0.0.1", MAX_TASKS_PER_HOLDER, false);
+        assert!(
+            !make_room(&mut entries, "addr:10.0.0.1"),
+            "its share is running"
+        );
+        assert!(
+            make_room(&mut entries, "principal:bob"),
+            "others still get tasks"
+        );
+        assert_eq!(entries.len(), MAX_TASKS_PER_HOLDER, "nothing was taken");
+    }
+
+    #[test]
+    fn a_holder_at_its_share_makes_room_with_its_own_oldest_finished_task() {
+        let mut entries = HashMap::new();
+        fill(&mut entries, "principal:alice", MAX_TASKS_PER_HOLDER, true);
+        entries.insert("bob-0".into(), entry("principal:bob", Some(Instant::now())));
+        assert!(make_room(&mut entries, "principal:alice"));
+        assert!(
+            !entries.contains_key("principal:alice-0"),
+            "its oldest went"
+        );
+        assert!(entries.contains_key("principal:alice-1"));
+        assert!(entries.contains_key("bob-0"), "another holder's task stays");
+    }
+
+    #[test]
+    fn a_full_table_makes_room_with_the_oldest_finished_task_or_refuses() {
+        let mut entries = HashMap::new();
+        for h in 0..8 {
+            fill(
+                &mut entries,
+                &format!("addr:10.0.0.{h}"),
+                MAX_TASKS_PER_HOLDER,
+                h == 3,
+            );
+        }
+        assert_eq!(entries.len(), MAX_TASKS);
+        assert!(make_room(&mut entries, "principal:new"));
+        assert!(
+            !entries.contains_key("addr:10.0.0.3-0"),
+            "the oldest finished went"
+        );
+        assert_eq!(entries.len(), MAX_TASKS - 1);
+        let mut running = HashMap::new();
+        for h in 0..8 {
+            fill(
+                &mut running,
+                &format!("addr:10.0.1.{h}"),
+                MAX_TASKS_PER_HOLDER,
+                false,
+            );
+        }
+        assert!(
+            !make_room(&mut running, "principal:new"),
+            "no running task is taken"
+        );
     }
 }

@@ -108,8 +108,10 @@ impl CodeModeSession {
     /// Lets whoever holds a run id resume the run, from any session (and,
     /// with a durable store, any process): for requests that carry no
     /// identity (stateless MCP without authentication), where the run id —
-    /// 128 random bits — is the capability. A session bound to an owner
-    /// ([`CodeModeSession::bind_owner`]) keeps its runs to that owner.
+    /// 128 random bits — is the capability. An owner bound to such a
+    /// session ([`CodeModeSession::bind_owner`], e.g. the client's
+    /// address) bounds how many of its runs wait at once, and does not
+    /// keep them to itself.
     pub fn with_runs_resumable_by_id(self) -> CodeModeSession {
         self.resume_runs_by_id();
         self
@@ -135,10 +137,12 @@ impl CodeModeSession {
     /// if bound, anyone with the id if [`Self::with_runs_resumable_by_id`],
     /// else this scope alone.
     fn owner_key(&self) -> Arc<str> {
-        if let Some(owner) = self.owner.get() {
-            Arc::from(format!("principal:{}", owner.name))
-        } else if self.runs_by_id.load(Ordering::SeqCst) {
+        // By id first: an owner bound to such a session only counts its
+        // runs (e.g. per client address), it does not keep them.
+        if self.runs_by_id.load(Ordering::SeqCst) {
             Arc::from(codemode_store::ANY_OWNER)
+        } else if let Some(owner) = self.owner.get() {
+            Arc::from(format!("principal:{}", owner.name))
         } else {
             Arc::from(self.scope.scope.owner_key())
         }

@@ -407,6 +407,43 @@ async fn the_store_bounds_live_runs_and_snapshot_bytes() {
 }
 
 #[tokio::test]
+async fn runs_resumable_by_id_count_against_a_bound_owner_without_belonging_to_it() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 100}}}",
+        RuntimeOptions::default(),
+    );
+    // Stateless requests of one client address: each a fresh session.
+    let request = || {
+        let s = session(&runtime, tools(), Scripted::default()).with_runs_resumable_by_id();
+        assert!(s.bind_owner("addr:10.0.0.7", 2));
+        s
+    };
+    let first = exec(&request(), "await yield_control(); return 1").await;
+    assert_eq!(first["status"], "waiting", "{first}");
+    assert_eq!(
+        exec(&request(), "await yield_control(); return 2").await["status"],
+        "waiting"
+    );
+    suspend_until_refused(
+        &request(),
+        0,
+        "`addr:10.0.0.7` already holds 2 suspended runs",
+    )
+    .await;
+    // Another address is not affected.
+    let other = session(&runtime, tools(), Scripted::default()).with_runs_resumable_by_id();
+    assert!(other.bind_owner("addr:10.0.0.8", 2));
+    assert_eq!(
+        exec(&other, "await yield_control(); return 3").await["status"],
+        "waiting"
+    );
+    // The id is still the capability: any session resumes the run.
+    let stranger = session(&runtime, tools(), Scripted::default());
+    let done = wait(&stranger, &first["runId"]).await;
+    assert_eq!(done["value"], 1, "{done}");
+}
+
+#[tokio::test]
 async fn an_owner_bounds_suspended_runs_over_all_its_sessions() {
     let runtime = runtime_with(
         "{tools:{codeMode:{enabled:true, timeoutMs: 100}}}",

@@ -129,9 +129,14 @@ impl Gateway {
             }
         }
         info!(%bound, "serving MCP over streamable HTTP at /mcp");
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { ct.cancelled().await })
-            .await?;
+        // The client's address reaches each request (fair shares of what
+        // unauthenticated clients hold are per address).
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { ct.cancelled().await })
+        .await?;
         self.shutdown();
         Ok(())
     }

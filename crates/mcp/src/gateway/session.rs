@@ -265,14 +265,19 @@ impl ServerHandler for GatewaySession {
         };
         let _stop_watcher = AbortOnDrop(watcher);
         let principal = principal_of(&context);
+        let holder = holder_of(&context, principal.as_ref());
         // A stateless request (2026-07-28: no session) without
         // authentication: the run id is the capability to resume the run.
+        // Each such request is a fresh session, so its runs count against
+        // its client's address: one client cannot take every slot.
         let stateless = context
             .meta
             .protocol_version()
             .is_some_and(|v| !v.has_initialize());
         if stateless && principal.is_none() {
             self.session.resume_runs_by_id();
+            self.session.bind_owner(&holder, STATELESS_RUNS_PER_ADDRESS);
+            tracing::debug!(%holder, "stateless request without a principal: its runs count against its address");
         }
         // Without a session the client cannot be sent a request of ours:
         // a client that can answer forms is asked in the result instead.
@@ -377,7 +382,10 @@ impl ServerHandler for GatewaySession {
             if let Some(task) = self.shared.tasks.start(
                 run_id,
                 &result,
-                principal.map(|p| p.0),
+                crate::tasks::Requester {
+                    principal: principal.map(|p| p.0),
+                    holder,
+                },
                 Arc::clone(&self.session),
                 ttl,
                 move |r| tool_result(form, r),
@@ -502,6 +510,30 @@ fn elicitation_modes(
 }
 
 /// The authenticated principal of an HTTP request, if any.
+/// Waiting runs that stateless unauthenticated requests of one client
+/// address may hold together (a session's own share).
+const STATELESS_RUNS_PER_ADDRESS: usize = 256;
+
+/// Who a request counts against for process-wide tables: its principal,
+/// else the client's address (HTTP), else the one stdio client.
+fn holder_of(context: &RequestContext<RoleServer>, principal: Option<&Principal>) -> String {
+    if let Some(principal) = principal {
+        return format!("principal:{}", principal.0);
+    }
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| {
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        })
+        .map_or_else(
+            || "stdio".to_owned(),
+            |info| format!("addr:{}", info.0.ip()),
+        )
+}
+
 fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
     context
         .extensions
