@@ -6,7 +6,13 @@
 //! session's `return 1` fails. So each scope may hold at most its share,
 //! and beyond it (or when the process is full) an exec or wait queues
 //! briefly — a short, bounded queue — and then fails with
-//! `runtime_unavailable` and a message that names the limit.
+//! `runtime_busy` and a message that names the limit.
+//!
+//! A cell that only awaits nested calls holds its VM while it waits. When
+//! an exec or wait queues for a process slot, one such idle cell gives its
+//! VM up: it suspends (`waiting`, its calls keep running) as it would at
+//! its deadline ([`ProcessSlots::take_yield_request`]), so slow tools in
+//! some sessions cannot keep another session's `return 1` from a VM.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +27,8 @@ pub(crate) struct ProcessSlots {
     per_scope: usize,
     queue_timeout: Duration,
     queued: AtomicUsize,
+    /// Waiters for a process slot that no idle cell has yielded to yet.
+    yield_requests: AtomicUsize,
 }
 
 /// One scope's share of the process's slots.
@@ -66,7 +74,24 @@ impl ProcessSlots {
             per_scope: per_scope.clamp(1, total),
             queue_timeout,
             queued: AtomicUsize::new(0),
+            yield_requests: AtomicUsize::new(0),
         }
+    }
+
+    /// Takes one waiter's request that an idle cell give up its VM:
+    /// `true` means this caller should suspend now.
+    pub(crate) fn take_yield_request(&self) -> bool {
+        self.yield_requests
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Withdraws a request no idle cell took (its waiter got a slot, or
+    /// gave up).
+    fn withdraw_yield_request(&self) {
+        let _ = self
+            .yield_requests
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 
     pub(crate) fn scope_slots(&self) -> ScopeSlots {
@@ -111,12 +136,16 @@ impl ProcessSlots {
             Err(_) => {
                 self.queued.fetch_add(1, Ordering::SeqCst);
                 let _leave = Queued(&self.queued);
-                match tokio::time::timeout(
+                self.yield_requests.fetch_add(1, Ordering::SeqCst);
+                let got = tokio::time::timeout(
                     self.queue_timeout,
                     Arc::clone(&self.slots).acquire_owned(),
                 )
-                .await
-                {
+                .await;
+                // Freed by a cell that ended or yielded: either way, this
+                // waiter's request is spent.
+                self.withdraw_yield_request();
+                match got {
                     Ok(Ok(permit)) => permit,
                     _ => {
                         return Err(SlotError::ProcessBusy {

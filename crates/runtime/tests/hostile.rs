@@ -375,6 +375,71 @@ async fn one_session_cannot_take_every_live_vm() {
     gate.add_permits(100);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cells_waiting_on_slow_tools_give_their_vms_to_another_sessions_cell() {
+    // Every live VM of the process held by cells awaiting a slow tool.
+    let options = RuntimeOptions {
+        sandbox: codemode_sandbox::SandboxConfig {
+            max_live_vms: 2,
+            ..codemode_sandbox::SandboxConfig::default()
+        },
+        vm_queue_timeout: Duration::from_secs(2),
+        ..RuntimeOptions::default()
+    };
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 20000}}}",
+        options,
+    );
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let tools = vec![tool(ToolSource::Plugin, "p", "slow", "waits for a gate")];
+    let slow = Arc::new(session(
+        &runtime,
+        tools,
+        Scripted::default().with("plugin:p:slow", Behaviour::Gate(Arc::clone(&gate))),
+    ));
+    let mut hogs = Vec::new();
+    for _ in 0..2 {
+        let slow = Arc::clone(&slow);
+        hogs.push(tokio::spawn(async move {
+            slow.exec(&json!({ "code": "return await tools.slow({})" }))
+                .await
+                .to_json()
+        }));
+    }
+    while runtime.live_vms() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Another session's quick cell gets a VM (it queued 2 s and failed
+    // runtime_busy while the slow cells held theirs for 20 s).
+    let other = session(&runtime, Vec::new(), Scripted::default());
+    let started = Instant::now();
+    let result = exec(&other, "return 1").await;
+    assert_eq!(result["value"], 1, "{result}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // One slow cell gave its VM up: it waits, its call still running.
+    let first = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(i) = hogs.iter().position(tokio::task::JoinHandle::is_finished) {
+                return hogs.swap_remove(i).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("a slow cell yielded");
+    assert_eq!(first["status"], "waiting", "{first}");
+    assert_eq!(first["reason"], "pending_tools", "{first}");
+    assert_eq!(
+        first["pendingToolCalls"][0]["toolId"], "plugin:p:slow",
+        "{first}"
+    );
+    gate.add_permits(2);
+    let done = wait(&slow, &first["runId"]).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let other_hog = hogs.pop().unwrap().await.unwrap();
+    assert_eq!(other_hog["status"], "completed", "{other_hog}");
+}
+
 #[tokio::test]
 async fn suspended_runs_are_bounded_in_bytes() {
     let options = RuntimeOptions {

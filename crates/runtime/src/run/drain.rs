@@ -20,6 +20,10 @@ use crate::run::outcome::{
 };
 use crate::run::state::RunState;
 
+/// How long a cell idles (only nested calls in flight) between checks for
+/// a queued exec or wait that needs its VM.
+const YIELD_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Runs `f` with the run registered as live in its scope, so an abort
 /// wakes the drive.
 pub(crate) fn live<F>(ctx: &DriveCtx, state: &mut RunState, f: F) -> Driven
@@ -185,7 +189,19 @@ pub(crate) fn drive(
         let left = ctx
             .delivery_deadline()
             .saturating_duration_since(Instant::now());
-        match state.calls.receiver().recv_timeout(left) {
+        // Idle with calls in flight: look for a queued exec or wait that
+        // needs this VM more than this cell does (see `crate::slots`).
+        let message = match state.calls.receiver().recv_timeout(left.min(YIELD_CHECK)) {
+            Err(RecvTimeoutError::Timeout) if left > YIELD_CHECK => {
+                if ctx.host.slots.take_yield_request() {
+                    tracing::debug!("an idle cell gives its VM to a queued exec or wait");
+                    return stop_open(vm, output, state, finished, WaitReason::PendingTools);
+                }
+                continue;
+            }
+            other => other,
+        };
+        match message {
             Ok(Msg::Done {
                 request_id,
                 outcome,
