@@ -2,7 +2,10 @@
 // normal client sessions doing ordinary work while hostile sessions send
 // CPU loops, memory bombs, output floods, describe bombs, deep nesting,
 // huge inputs, VM-slot and run-slot floods, crash an upstream every few
-// seconds, and disconnect mid-exec. Run by `cargo xtask soak`.
+// seconds, and disconnect mid-exec; every client authenticates (normal
+// sessions as four principals, hostile ones as two others), and hostile
+// stateless 2026-07-28 clients flood the gateway with requests that each
+// leave a run waiting. Run by `cargo xtask soak`.
 //
 // Usage: CODEMODE_BIN=... node soak.mjs [SECONDS] [--check]
 // Prints one JSON object with the figures; with --check exits 1 when a
@@ -16,6 +19,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { Client as StatelessClient, StreamableHTTPClientTransport as StatelessTransport } from "@modelcontextprotocol/client";
 import { BIN, servers } from "./harness.mjs";
 
 const args = process.argv.slice(2);
@@ -23,12 +27,19 @@ const SECONDS = Number(args.find((a) => /^\d+$/.test(a)) ?? 60);
 const CHECK = args.includes("--check");
 const NORMAL = 32;
 const HOSTILE = 8;
+const STATELESS_FLOODERS = 2;
+/** Bearer tokens: normal sessions take one of four principals, hostile ones
+ * one of two others. */
+const token = (who) => `${who}-soak-token-0123456789abcdef`;
+const NORMAL_PRINCIPALS = ["n0", "n1", "n2", "n3"];
+const HOSTILE_PRINCIPALS = ["h0", "h1"];
 
 function config() {
   const dir = mkdtempSync(join(tmpdir(), "codemode-soak-"));
   const path = join(dir, "gateway.json");
   writeFileSync(path, JSON.stringify({
     tools: { codeMode: { enabled: true, timeoutMs: 2000, snapshotTtlSeconds: 20, maxOutputBytes: 65536 } },
+    auth: { bearerTokens: [...NORMAL_PRINCIPALS, ...HOSTILE_PRINCIPALS].map((name) => ({ name, token: token(name) })) },
     mcpServers: {
       everything: { command: process.execPath, args: [servers.everything] },
       flaky: { command: process.execPath, args: [servers.flaky], timeoutMs: 10000 },
@@ -57,9 +68,11 @@ async function startGateway(path) {
   return { child, url, exited, log: () => log };
 }
 
-async function connect(url) {
+async function connect(url, who) {
   const client = new Client({ name: "codemode-soak", version: "1.0.0" });
-  const transport = new StreamableHTTPClientTransport(new URL(url));
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers: { authorization: `Bearer ${token(who)}` } },
+  });
   await client.connect(transport);
   return { client, transport };
 }
@@ -121,8 +134,8 @@ const HOSTILE_CELLS = [
   ["crash_upstream", "return await MCP.flaky.crash({}).catch(e => e.code);"],
 ];
 
-async function normalWorker(url, until, latencies, failures, lost) {
-  const { client, transport } = await connect(url);
+async function normalWorker(url, until, latencies, failures, lost, who) {
+  const { client, transport } = await connect(url, who);
   while (Date.now() < until) {
     const started = performance.now();
     try {
@@ -144,7 +157,7 @@ async function normalWorker(url, until, latencies, failures, lost) {
 async function hostileWorker(url, until, index, codes) {
   let round = 0;
   while (Date.now() < until) {
-    const { client, transport } = await connect(url);
+    const { client, transport } = await connect(url, HOSTILE_PRINCIPALS[index % HOSTILE_PRINCIPALS.length]);
     const [name, code] = HOSTILE_CELLS[(index + round) % HOSTILE_CELLS.length];
     round += 1;
     const count = name === "vm_flood" || name === "run_flood" ? 24 : 1;
@@ -166,12 +179,39 @@ async function hostileWorker(url, until, index, codes) {
   }
 }
 
+/** A stateless (2026-07-28) client flooding the gateway: every request a
+ * fresh handler, each leaving a run waiting that nobody resumes. */
+async function statelessFlooder(url, until, index, codes) {
+  const client = new StatelessClient({ name: "codemode-soak-stateless", version: "1.0.0" }, {
+    versionNegotiation: { mode: { pin: "2026-07-28" } },
+  });
+  const who = HOSTILE_PRINCIPALS[index % HOSTILE_PRINCIPALS.length];
+  await client.connect(new StatelessTransport(new URL(url), {
+    requestInit: { headers: { authorization: `Bearer ${token(who)}` } },
+  }));
+  while (Date.now() < until) {
+    try {
+      const r = resultOf(await client.callTool({ name: "exec", arguments: { code: "globalThis.keep = 's'.repeat(50000); await yield_control(); return 1;" } }));
+      const k = `stateless_flood:${r?.status === "failed" ? r.code ?? "no_code" : r?.status}`;
+      codes[k] = (codes[k] ?? 0) + 1;
+    } catch {
+      codes["stateless_flood:client_error"] = (codes["stateless_flood:client_error"] ?? 0) + 1;
+    }
+  }
+  await client.close().catch(() => {});
+}
+
 async function phase(url, seconds, hostile) {
   const until = Date.now() + seconds * 1000;
   const latencies = [], failures = {}, lost = [], codes = {};
   const workers = [];
-  for (let i = 0; i < NORMAL; i++) workers.push(normalWorker(url, until, latencies, failures, lost));
-  if (hostile) for (let i = 0; i < HOSTILE; i++) workers.push(hostileWorker(url, until, i, codes));
+  for (let i = 0; i < NORMAL; i++) {
+    workers.push(normalWorker(url, until, latencies, failures, lost, NORMAL_PRINCIPALS[i % NORMAL_PRINCIPALS.length]));
+  }
+  if (hostile) {
+    for (let i = 0; i < HOSTILE; i++) workers.push(hostileWorker(url, until, i, codes));
+    for (let i = 0; i < STATELESS_FLOODERS; i++) workers.push(statelessFlooder(url, until, i, codes));
+  }
   await Promise.all(workers);
   return {
     normalCells: latencies.length,
@@ -202,7 +242,10 @@ const held = /suspended runs held at shutdown: (\d+)/.exec(log);
 const figures = {
   seconds: SECONDS,
   normalSessions: NORMAL,
+  normalPrincipals: NORMAL_PRINCIPALS.length,
   hostileSessions: HOSTILE,
+  hostilePrincipals: HOSTILE_PRINCIPALS.length,
+  statelessFlooders: STATELESS_FLOODERS,
   unloaded,
   loaded,
   p99Ratio: unloaded.p99Ms ? Math.round((loaded.p99Ms / unloaded.p99Ms) * 100) / 100 : null,
