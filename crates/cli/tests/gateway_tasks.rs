@@ -63,6 +63,15 @@ fn start_gateway() -> Gateway {
 /// A gateway with these `tools.codeMode` settings and run store (`None`:
 /// the default file store in its data directory).
 fn start_gateway_with(code_mode: Value, store: Option<String>) -> Gateway {
+    start_gateway_limited(code_mode, store, None)
+}
+
+/// [`start_gateway_with`], and `auth.maxConcurrentExecs` when given.
+fn start_gateway_limited(
+    code_mode: Value,
+    store: Option<String>,
+    max_execs: Option<u64>,
+) -> Gateway {
     let e2e = common::ensure_npm_installed();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("gateway.json");
@@ -78,6 +87,9 @@ fn start_gateway_with(code_mode: Value, store: Option<String>) -> Gateway {
     });
     if let Some(store) = store {
         settings["store"] = json!(store);
+    }
+    if let Some(max) = max_execs {
+        settings["auth"]["maxConcurrentExecs"] = json!(max);
     }
     std::fs::write(&config, settings.to_string()).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
@@ -368,6 +380,32 @@ fn cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf only reads a system constant.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     ticks as f64 / per_second.max(1) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_driven_waits_count_against_its_principals_concurrent_calls() {
+    let gateway = start_gateway_limited(json!({ "timeoutMs": 3000 }), None, Some(1));
+    let alice = client(&gateway, ALICE, true).await;
+    let id = start_task(
+        &alice,
+        r#"return (await MCP.slow.sleep({ ms: 6000, tag: "driven" })).content[0].text;"#,
+    )
+    .await
+    .task_id;
+    // The gateway's wait on the task's run now holds alice's one call.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let refused = call_plain(&alice, exec("return 1")).await;
+    assert_eq!(refused["code"], "runtime_busy", "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("auth.maxConcurrentExecs"),
+        "{refused}"
+    );
+    let (_, model) = completed_task(&alice, &id).await;
+    assert_eq!(model["value"], "slept driven", "{model}");
+    alice.cancel().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,7 +56,14 @@ pub(crate) struct Requester {
     /// Whose share of the table the task takes (the principal, else the
     /// client's address).
     pub(crate) holder: String,
+    /// Admits each `wait` of the driver like a call of the requester
+    /// (`auth.maxConcurrentExecs`): a guard held while it runs, or `None`
+    /// while the requester is at its limit (the driver waits its turn).
+    pub(crate) admit: Admission,
 }
+
+/// See [`Requester::admit`].
+pub(crate) type Admission = Arc<dyn Fn() -> Option<Box<dyn Send>> + Send + Sync>;
 
 /// The tasks of one gateway process.
 #[derive(Default)]
@@ -70,6 +77,7 @@ struct TaskEntry {
     /// Whose share of the table it takes (the principal, else the client's
     /// address).
     holder: String,
+    admit: Admission,
     created_at: String,
     ttl: Duration,
     state: Mutex<TaskState>,
@@ -221,6 +229,7 @@ impl Tasks {
         let entry = Arc::new(TaskEntry {
             owner: who.principal,
             holder: who.holder,
+            admit: who.admit,
             created_at: created_at.clone(),
             ttl,
             state: Mutex::new(TaskState {
@@ -328,6 +337,12 @@ async fn drive(
             }
             state.driving = Some(call_id.clone());
         }
+        // Counted like the requester's own calls; at its limit, wait.
+        let Some(running) = (entry.admit)() else {
+            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+            round -= 1;
+            continue;
+        };
         let session = entry.session();
         let Some(session) = session else { return };
         let result = session
@@ -338,6 +353,7 @@ async fn drive(
             )
             .await;
         drop(session);
+        drop(running);
         if entry.lock().cancel_requested {
             entry.set(
                 TaskPayload::Cancelled,
@@ -442,6 +458,7 @@ mod tests {
         Arc::new(TaskEntry {
             owner: None,
             holder: holder.to_owned(),
+            admit: Arc::new(|| Some(Box::new(()) as Box<dyn Send>)),
             created_at: now(),
             ttl: Duration::from_secs(60),
             state: Mutex::new(TaskState {

@@ -44,27 +44,38 @@ impl GatewaySession {
         // suspended runs (a session belongs to one principal: see `auth`).
         self.session
             .bind_owner(&principal.0, auth.max_suspended_runs);
-        let max = auth.max_concurrent_execs;
-        let mut running = self
-            .shared
-            .running_by_principal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let n = running.entry(principal.0.clone()).or_insert(0);
-        if *n >= max {
-            return Err(Box::new(CodeModeResult::failure(
-                codemode_runtime::ErrorCode::RuntimeBusy,
-                format!(
-                    "principal `{}` already has {max} exec/wait calls running (auth.maxConcurrentExecs); wait for one to finish",
-                    principal.0
-                ),
-                codemode_runtime::Telemetry::default(),
-            )));
-        }
-        *n += 1;
-        Ok(Some(Running {
-            shared: Arc::clone(&self.shared),
-            principal: principal.0.clone(),
-        }))
+        count_running(&self.shared, &principal.0).map(Some)
     }
+}
+
+/// Counts one more running call of `principal` (also for the Tasks driver's
+/// waits: a task's run counts like the client's own calls), or the
+/// `runtime_busy` refusal naming the limit.
+pub(super) fn count_running(
+    shared: &Arc<Shared>,
+    principal: &str,
+) -> Result<Running, Box<CodeModeResult>> {
+    let max = shared
+        .auth
+        .as_ref()
+        .map_or(usize::MAX, |auth| auth.max_concurrent_execs);
+    let mut running = shared
+        .running_by_principal
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let n = running.entry(principal.to_owned()).or_insert(0);
+    if *n >= max {
+        return Err(Box::new(CodeModeResult::failure(
+            codemode_runtime::ErrorCode::RuntimeBusy,
+            format!(
+                "principal `{principal}` already has {max} exec/wait calls running (auth.maxConcurrentExecs); wait for one to finish"
+            ),
+            codemode_runtime::Telemetry::default(),
+        )));
+    }
+    *n += 1;
+    Ok(Running {
+        shared: Arc::clone(shared),
+        principal: principal.to_owned(),
+    })
 }

@@ -383,6 +383,16 @@ impl ServerHandler for GatewaySession {
                 run_id,
                 &result,
                 crate::tasks::Requester {
+                    admit: {
+                        let shared = Arc::clone(&self.shared);
+                        let principal = principal.as_ref().map(|p| p.0.clone());
+                        Arc::new(move || match &principal {
+                            Some(p) => super::admission::count_running(&shared, p)
+                                .ok()
+                                .map(|running| Box::new(running) as Box<dyn Send>),
+                            None => Some(Box::new(()) as Box<dyn Send>),
+                        })
+                    },
                     principal: principal.map(|p| p.0),
                     holder,
                 },
