@@ -63,7 +63,8 @@ pub(crate) fn recover_id(line: &[u8]) -> Value {
     digits.parse::<i64>().map_or(Value::Null, Value::from)
 }
 
-fn depth_of(line: &[u8]) -> usize {
+/// How deeply `line` nests (objects and arrays), counted without parsing.
+pub(crate) fn depth_of(line: &[u8]) -> usize {
     let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
     for &b in line {
         if in_string {
@@ -363,6 +364,13 @@ pub(crate) async fn read_line_capped<R: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depth_counts_brackets_outside_strings() {
+        assert_eq!(depth_of(b"1"), 0);
+        assert_eq!(depth_of(br#"{"a":[1,{"b":"]]]{{"}]}"#), 3);
+        assert_eq!(depth_of(br#"["\"[[["]"#), 1);
+    }
 
     fn answer(line: &str) -> Value {
         match judge(line.as_bytes()) {

@@ -33,7 +33,7 @@ use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::stdio_guard::{read_line_capped, recover_id};
+use crate::stdio_guard::{depth_of, read_line_capped, recover_id};
 
 /// The largest message an upstream server may send (a tool result of a
 /// large document: the runtime hands results this large to cells as
@@ -220,7 +220,7 @@ fn without_deep_tools(line: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
     let kept: Vec<Box<RawValue>> = tools
         .into_iter()
         .filter(|tool| {
-            let fits = json_depth(tool.get().as_bytes()) <= MAX_TOOL_DEPTH;
+            let fits = depth_of(tool.get().as_bytes()) <= MAX_TOOL_DEPTH;
             if !fits {
                 let name = serde_json::from_str::<Named>(tool.get())
                     .ok()
@@ -240,33 +240,6 @@ fn without_deep_tools(line: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
         serde_json::value::to_raw_value(&result).ok()?,
     );
     Some((serde_json::to_vec(&message).ok()?, left_out))
-}
-
-/// How deeply `json` nests (objects and arrays), counted without parsing.
-fn json_depth(json: &[u8]) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in json {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
 }
 
 fn id_of(value: &Value) -> Option<RequestId> {
@@ -524,13 +497,6 @@ mod tests {
         assert!(
             without_deep_tools(br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#).is_none()
         );
-    }
-
-    #[test]
-    fn json_depth_counts_brackets_outside_strings() {
-        assert_eq!(json_depth(b"1"), 0);
-        assert_eq!(json_depth(br#"{"a":[1,{"b":"]]]{{"}]}"#), 3);
-        assert_eq!(json_depth(br#"["\"[[["]"#), 1);
     }
 
     #[test]

@@ -174,30 +174,36 @@ async fn a_waiting_run_outlives_its_process_and_a_dead_call_is_interrupted_not_r
     .await;
 }
 
+/// Runs `code` (it must wait on `tools.later`) in a process that dies once
+/// the call's result is in the store; the `wait` of the next process.
+async fn resumed_after_a_restart(place: &Place, code: &str) -> Value {
+    let first = place.runtime(CONFIG);
+    let s = session_of(&first, "alice", executor(Duration::from_secs(60)));
+    let started = exec(&s, code).await;
+    assert_eq!(started["status"], "waiting", "{started}");
+    // The call finishes while the run waits: its result goes to the store.
+    common::eventually("the result is in the store", || {
+        first
+            .durable_store_stats()
+            .and_then(|(_, stats)| stats.ok())
+            .is_some_and(|stats| stats.results >= 1)
+    })
+    .await;
+    drop(s);
+    die(first);
+    let second = place.runtime(CONFIG);
+    let s = session_of(&second, "alice", executor(Duration::from_secs(60)));
+    wait(&s, &started["runId"]).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cell_that_returned_before_its_calls_settled_keeps_its_value_across_a_restart() {
     each_place(async |place| {
-        let first = place.runtime(CONFIG);
-        let s = session_of(&first, "alice", executor(Duration::from_secs(60)));
-        let started = exec(
-            &s,
+        let done = resumed_after_a_restart(
+            &place,
             r#"tools.later({}).then(v => text(v.later)); return "mine";"#,
         )
         .await;
-        assert_eq!(started["status"], "waiting", "{started}");
-        let run_id = started["runId"].clone();
-        common::eventually("the result is in the store", || {
-            first
-                .durable_store_stats()
-                .and_then(|(_, stats)| stats.ok())
-                .is_some_and(|stats| stats.results >= 1)
-        })
-        .await;
-        drop(s);
-        die(first);
-        let second = place.runtime(CONFIG);
-        let s = session_of(&second, "alice", executor(Duration::from_secs(60)));
-        let done = wait(&s, &run_id).await;
         assert_eq!(done["status"], "completed", "{done}");
         assert_eq!(done["value"], "mine", "{done}");
         assert_eq!(done["output"][0]["text"], "done", "{done}");
@@ -251,28 +257,11 @@ async fn a_run_only_its_process_local_scope_may_resume_never_reaches_the_disk() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_that_arrived_while_the_run_waited_are_delivered_after_a_restart() {
     each_place(async |place| {
-        let first = place.runtime(CONFIG);
-        let s = session_of(&first, "alice", executor(Duration::from_secs(60)));
-        let started = exec(
-            &s,
+        let resumed = resumed_after_a_restart(
+            &place,
             r#"const a = await tools.later({}); const b = await tools.echo({n: 2}); return [a, b];"#,
         )
         .await;
-        assert_eq!(started["status"], "waiting", "{started}");
-        let run_id = started["runId"].clone();
-        // The call finishes while the run waits: its result goes to the store.
-        common::eventually("the result is in the store", || {
-            first
-                .durable_store_stats()
-                .and_then(|(_, stats)| stats.ok())
-                .is_some_and(|stats| stats.results >= 1)
-        })
-        .await;
-        drop(s);
-        die(first);
-        let second = place.runtime(CONFIG);
-        let s = session_of(&second, "alice", executor(Duration::from_secs(60)));
-        let resumed = wait(&s, &run_id).await;
         assert_eq!(resumed["status"], "completed", "{resumed}");
         assert_eq!(resumed["value"], json!([{"later": "done"}, {"n": 2}]));
     })

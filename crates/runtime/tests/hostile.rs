@@ -321,6 +321,37 @@ async fn a_nul_byte_in_the_source_is_invalid_input() {
     assert_failed(&result, Some("invalid_input"), "NUL");
 }
 
+/// `n` execs of one session, each awaiting a tool that answers when the
+/// gate opens: the gate, the session and the execs' results to come.
+#[allow(clippy::type_complexity, reason = "a test helper's tuple")]
+fn cells_awaiting_a_gate(
+    runtime: &codemode_runtime::CodeModeRuntime,
+    n: usize,
+) -> (
+    Arc<tokio::sync::Semaphore>,
+    Arc<codemode_runtime::CodeModeSession>,
+    Vec<tokio::task::JoinHandle<Value>>,
+) {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let tools = vec![tool(ToolSource::Plugin, "p", "slow", "waits for a gate")];
+    let s = Arc::new(session(
+        runtime,
+        tools,
+        Scripted::default().with("plugin:p:slow", Behaviour::Gate(Arc::clone(&gate))),
+    ));
+    let hogs = (0..n)
+        .map(|_| {
+            let s = Arc::clone(&s);
+            tokio::spawn(async move {
+                s.exec(&json!({ "code": "return await tools.slow({})" }))
+                    .await
+                    .to_json()
+            })
+        })
+        .collect();
+    (gate, s, hogs)
+}
+
 #[tokio::test]
 async fn one_session_cannot_take_every_live_vm() {
     let options = RuntimeOptions {
@@ -332,24 +363,8 @@ async fn one_session_cannot_take_every_live_vm() {
         "{tools:{codeMode:{enabled:true, timeoutMs: 3000}}}",
         options,
     );
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let tools = vec![tool(ToolSource::Plugin, "p", "slow", "waits for a gate")];
-    let greedy = Arc::new(session(
-        &runtime,
-        tools,
-        Scripted::default().with("plugin:p:slow", Behaviour::Gate(Arc::clone(&gate))),
-    ));
     // Many execs of one session awaiting a slow tool...
-    let mut hogs = Vec::new();
-    for _ in 0..12 {
-        let greedy = Arc::clone(&greedy);
-        hogs.push(tokio::spawn(async move {
-            greedy
-                .exec(&json!({ "code": "return await tools.slow({})" }))
-                .await
-                .to_json()
-        }));
-    }
+    let (gate, _greedy, hogs) = cells_awaiting_a_gate(&runtime, 12);
     while runtime.live_vms() < 4 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -390,22 +405,7 @@ async fn cells_waiting_on_slow_tools_give_their_vms_to_another_sessions_cell() {
         "{tools:{codeMode:{enabled:true, timeoutMs: 20000}}}",
         options,
     );
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let tools = vec![tool(ToolSource::Plugin, "p", "slow", "waits for a gate")];
-    let slow = Arc::new(session(
-        &runtime,
-        tools,
-        Scripted::default().with("plugin:p:slow", Behaviour::Gate(Arc::clone(&gate))),
-    ));
-    let mut hogs = Vec::new();
-    for _ in 0..2 {
-        let slow = Arc::clone(&slow);
-        hogs.push(tokio::spawn(async move {
-            slow.exec(&json!({ "code": "return await tools.slow({})" }))
-                .await
-                .to_json()
-        }));
-    }
+    let (gate, slow, mut hogs) = cells_awaiting_a_gate(&runtime, 2);
     while runtime.live_vms() < 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
