@@ -86,12 +86,17 @@ impl ProcessSlots {
             .is_ok()
     }
 
-    /// Withdraws a request no idle cell took (its waiter got a slot, or
-    /// gave up).
-    fn withdraw_yield_request(&self) {
+    /// After a waiter left the queue (with a slot, or giving up): no more
+    /// requests stay open than waiters still queued. A waiter cannot tell
+    /// whether a cell yielded for it or ended on its own, so it does not
+    /// take back "its" request; the bound does.
+    fn settle_yield_requests(&self) {
+        let queued = self.queued.load(Ordering::SeqCst);
         let _ = self
             .yield_requests
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n > queued).then_some(queued)
+            });
     }
 
     pub(crate) fn scope_slots(&self) -> ScopeSlots {
@@ -135,16 +140,15 @@ impl ProcessSlots {
             Ok(permit) => permit,
             Err(_) => {
                 self.queued.fetch_add(1, Ordering::SeqCst);
-                let _leave = Queued(&self.queued);
+                let leave = Queued(&self.queued);
                 self.yield_requests.fetch_add(1, Ordering::SeqCst);
                 let got = tokio::time::timeout(
                     self.queue_timeout,
                     Arc::clone(&self.slots).acquire_owned(),
                 )
                 .await;
-                // Freed by a cell that ended or yielded: either way, this
-                // waiter's request is spent.
-                self.withdraw_yield_request();
+                drop(leave);
+                self.settle_yield_requests();
                 match got {
                     Ok(Ok(permit)) => permit,
                     _ => {
@@ -214,5 +218,56 @@ mod tests {
             "{refused}"
         );
         assert!(refused.to_string().contains("maxLiveVms"));
+    }
+
+    /// Waits until `n` execs queue for a process slot.
+    async fn until_queued(process: &ProcessSlots, n: usize) {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while process.queued.load(Ordering::SeqCst) < n {
+            assert!(std::time::Instant::now() < until, "{n} never queued");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn each_queued_exec_asks_one_idle_cell_to_yield_until_it_has_a_slot() {
+        let process = Arc::new(ProcessSlots::new(2, 2, Duration::from_secs(5)));
+        let busy = process.scope_slots();
+        let (a, b) = (
+            process.acquire(&busy).await.unwrap(),
+            process.acquire(&busy).await.unwrap(),
+        );
+        assert!(!process.take_yield_request(), "nobody waits");
+        let waiter = |process: Arc<ProcessSlots>| {
+            tokio::spawn(async move {
+                let scope = process.scope_slots();
+                // The permit goes back to the test, which holds it.
+                process.acquire(&scope).await
+            })
+        };
+        let first = waiter(Arc::clone(&process));
+        until_queued(&process, 1).await;
+        let second = waiter(Arc::clone(&process));
+        until_queued(&process, 2).await;
+        // One idle cell yields for the first waiter...
+        assert!(process.take_yield_request());
+        drop(a);
+        let first = first.await.unwrap().unwrap();
+        // ...and the second waiter's request is still open for another.
+        assert!(process.take_yield_request());
+        assert!(!process.take_yield_request(), "one request per waiter");
+        drop(b);
+        let second = second.await.unwrap().unwrap();
+        // A waiter served by a cell that ended on its own leaves no request.
+        let third = waiter(Arc::clone(&process));
+        until_queued(&process, 1).await;
+        drop(second);
+        let third = third.await.unwrap().unwrap();
+        drop(third);
+        assert!(
+            !process.take_yield_request(),
+            "no idle cell yields for nobody"
+        );
+        drop(first);
     }
 }
