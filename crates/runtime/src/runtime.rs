@@ -77,6 +77,7 @@ impl CodeModeRuntime {
             options.sandbox.max_live_vms as usize,
             options.max_live_vms_per_scope,
             options.vm_queue_timeout,
+            (options.max_parked_cells, options.max_parked_cells_per_scope),
         );
         let default_slots = slots.scope_slots();
         let backend: Arc<dyn codemode_store::RunBackend> = match &options.durable_store {
@@ -251,6 +252,12 @@ impl CodeModeRuntime {
     /// Live VMs in use now (running execs and waits).
     pub fn live_vms(&self) -> usize {
         self.inner.slots.in_use()
+    }
+
+    /// Cells parked now: awaiting nested calls inside their exec or wait,
+    /// their VM suspended into memory and its slot free.
+    pub fn parked_cells(&self) -> usize {
+        self.inner.slots.parked()
     }
 
     /// Process shutdown: running cells stop, and every suspended run's

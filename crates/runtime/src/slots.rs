@@ -8,11 +8,16 @@
 //! briefly — a short, bounded queue — and then fails with
 //! `runtime_busy` and a message that names the limit.
 //!
-//! A cell that only awaits nested calls holds its VM while it waits. When
-//! an exec or wait queues for a process slot, one such idle cell gives its
-//! VM up: it suspends (`waiting`, its calls keep running) as it would at
-//! its deadline ([`ProcessSlots::take_yield_request`]), so slow tools in
-//! some sessions cannot keep another session's `return 1` from a VM.
+//! A cell that only awaits nested calls does not keep its VM: after a short
+//! idle spell it is parked ([`ProcessSlots::try_park`]): its VM becomes a
+//! snapshot, its slot is freed, and the exec or wait driving it awaits the
+//! next result without a thread, then takes a slot again and resumes it.
+//! So a few live VMs serve thousands of cells awaiting slow tools. Parked
+//! cells are bounded too (per process and per scope); a cell that cannot
+//! park keeps its VM, and when an exec or wait queues for a process slot
+//! one such idle cell gives its VM up by suspending (`waiting`, its calls
+//! keep running) as it would at its deadline
+//! ([`ProcessSlots::take_yield_request`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,12 +34,31 @@ pub(crate) struct ProcessSlots {
     queued: AtomicUsize,
     /// Waiters for a process slot that no idle cell has yielded to yet.
     yield_requests: AtomicUsize,
+    /// Cells parked now, and how many may be.
+    parked: Arc<AtomicUsize>,
+    max_parked: usize,
+    max_parked_per_scope: usize,
 }
 
 /// One scope's share of the process's slots.
 pub(crate) struct ScopeSlots {
     slots: Arc<Semaphore>,
     queued: AtomicUsize,
+    parked: Arc<AtomicUsize>,
+}
+
+/// Held while a cell is parked (counted against the process's and its
+/// scope's bounds); dropping it ends the count.
+pub(crate) struct ParkTicket {
+    process: Arc<AtomicUsize>,
+    scope: Arc<AtomicUsize>,
+}
+
+impl Drop for ParkTicket {
+    fn drop(&mut self) {
+        self.process.fetch_sub(1, Ordering::SeqCst);
+        self.scope.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Held while a VM of the scope is live (an exec or a wait).
@@ -66,7 +90,15 @@ impl Drop for Queued<'_> {
 }
 
 impl ProcessSlots {
-    pub(crate) fn new(total: usize, per_scope: usize, queue_timeout: Duration) -> ProcessSlots {
+    /// `total` live VMs, `per_scope` of them for one scope; at most
+    /// `max_parked` cells parked at once, `max_parked_per_scope` of one
+    /// scope.
+    pub(crate) fn new(
+        total: usize,
+        per_scope: usize,
+        queue_timeout: Duration,
+        (max_parked, max_parked_per_scope): (usize, usize),
+    ) -> ProcessSlots {
         let total = total.max(1);
         ProcessSlots {
             slots: Arc::new(Semaphore::new(total)),
@@ -75,7 +107,38 @@ impl ProcessSlots {
             queue_timeout,
             queued: AtomicUsize::new(0),
             yield_requests: AtomicUsize::new(0),
+            parked: Arc::default(),
+            max_parked,
+            max_parked_per_scope: max_parked_per_scope.min(max_parked),
         }
+    }
+
+    /// Counts one more parked cell of `scope`, or `None` when the process
+    /// or the scope holds as many as it may (the cell keeps its VM).
+    pub(crate) fn try_park(&self, scope: &ScopeSlots) -> Option<ParkTicket> {
+        let take = |count: &AtomicUsize, max: usize| {
+            count
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    (n < max).then_some(n + 1)
+                })
+                .is_ok()
+        };
+        if !take(&scope.parked, self.max_parked_per_scope) {
+            return None;
+        }
+        if !take(&self.parked, self.max_parked) {
+            scope.parked.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(ParkTicket {
+            process: Arc::clone(&self.parked),
+            scope: Arc::clone(&scope.parked),
+        })
+    }
+
+    /// Cells parked now (for tests and metrics).
+    pub(crate) fn parked(&self) -> usize {
+        self.parked.load(Ordering::SeqCst)
     }
 
     /// Takes one waiter's request that an idle cell give up its VM:
@@ -103,6 +166,7 @@ impl ProcessSlots {
         ScopeSlots {
             slots: Arc::new(Semaphore::new(self.per_scope)),
             queued: AtomicUsize::new(0),
+            parked: Arc::default(),
         }
     }
 
@@ -178,7 +242,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_scope_cannot_take_every_slot() {
-        let process = ProcessSlots::new(4, 2, Duration::from_millis(20));
+        let process = ProcessSlots::new(4, 2, Duration::from_millis(20), (8, 8));
         let greedy = process.scope_slots();
         let a = process.acquire(&greedy).await.unwrap();
         let b = process.acquire(&greedy).await.unwrap();
@@ -197,7 +261,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_queued_exec_gets_the_next_free_slot() {
-        let process = Arc::new(ProcessSlots::new(1, 1, Duration::from_secs(5)));
+        let process = Arc::new(ProcessSlots::new(1, 1, Duration::from_secs(5), (8, 8)));
         let scope = Arc::new(process.scope_slots());
         let first = process.acquire(&scope).await.unwrap();
         let (p, s) = (Arc::clone(&process), Arc::clone(&scope));
@@ -209,7 +273,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_process_fails_after_the_queue_timeout() {
-        let process = ProcessSlots::new(1, 1, Duration::from_millis(10));
+        let process = ProcessSlots::new(1, 1, Duration::from_millis(10), (8, 8));
         let (one, two) = (process.scope_slots(), process.scope_slots());
         let _held = process.acquire(&one).await.unwrap();
         let refused = process.acquire(&two).await.err().unwrap();
@@ -231,7 +295,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_queued_exec_asks_one_idle_cell_to_yield_until_it_has_a_slot() {
-        let process = Arc::new(ProcessSlots::new(2, 2, Duration::from_secs(5)));
+        let process = Arc::new(ProcessSlots::new(2, 2, Duration::from_secs(5), (8, 8)));
         let busy = process.scope_slots();
         let (a, b) = (
             process.acquire(&busy).await.unwrap(),
@@ -269,5 +333,22 @@ mod tests {
             "no idle cell yields for nobody"
         );
         drop(first);
+    }
+
+    #[test]
+    fn parked_cells_are_bounded_per_scope_and_per_process() {
+        let process = ProcessSlots::new(2, 2, Duration::from_millis(10), (3, 2));
+        let (one, two) = (process.scope_slots(), process.scope_slots());
+        let a = process.try_park(&one).expect("first of scope one");
+        let _b = process.try_park(&one).expect("second of scope one");
+        assert!(process.try_park(&one).is_none(), "scope one's share is 2");
+        let _c = process.try_park(&two).expect("scope two parks");
+        assert!(process.try_park(&two).is_none(), "the process holds 3");
+        assert_eq!(process.parked(), 3);
+        // A refused park left no count behind; a resumed cell frees its place.
+        drop(a);
+        assert_eq!(process.parked(), 2);
+        let _d = process.try_park(&two).expect("room again");
+        assert!(process.try_park(&one).is_none());
     }
 }

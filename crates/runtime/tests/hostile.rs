@@ -392,7 +392,7 @@ async fn one_session_cannot_take_every_live_vm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cells_waiting_on_slow_tools_give_their_vms_to_another_sessions_cell() {
-    // Every live VM of the process held by cells awaiting a slow tool.
+    // Every live VM of the process taken by cells awaiting a slow tool.
     let options = RuntimeOptions {
         sandbox: codemode_sandbox::SandboxConfig {
             max_live_vms: 2,
@@ -405,39 +405,120 @@ async fn cells_waiting_on_slow_tools_give_their_vms_to_another_sessions_cell() {
         "{tools:{codeMode:{enabled:true, timeoutMs: 20000}}}",
         options,
     );
-    let (gate, slow, mut hogs) = cells_awaiting_a_gate(&runtime, 2);
-    while runtime.live_vms() < 2 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // Another session's quick cell gets a VM (it queued 2 s and failed
-    // runtime_busy while the slow cells held theirs for 20 s).
+    let (gate, _slow, hogs) = cells_awaiting_a_gate(&runtime, 2);
+    // The slow cells park: their VMs are free while their calls run.
+    until(|| runtime.parked_cells() == 2).await;
+    assert_eq!(runtime.live_vms(), 0);
+    // Another session's quick cell gets a VM at once (before cells parked,
+    // it queued 2 s and failed runtime_busy while they held theirs 20 s).
     let other = session(&runtime, Vec::new(), Scripted::default());
     let started = Instant::now();
     let result = exec(&other, "return 1").await;
     assert_eq!(result["value"], 1, "{result}");
     assert!(started.elapsed() < Duration::from_secs(2));
-    // One slow cell gave its VM up: it waits, its call still running.
-    let first = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if let Some(i) = hogs.iter().position(tokio::task::JoinHandle::is_finished) {
-                return hogs.swap_remove(i).await.unwrap();
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("a slow cell yielded");
-    assert_eq!(first["status"], "waiting", "{first}");
-    assert_eq!(first["reason"], "pending_tools", "{first}");
-    assert_eq!(
-        first["pendingToolCalls"][0]["toolId"], "plugin:p:slow",
-        "{first}"
-    );
+    // The slow cells resume in their own execs when their calls answer.
     gate.add_permits(2);
-    let done = wait(&slow, &first["runId"]).await;
+    for hog in hogs {
+        let result = hog.await.unwrap();
+        assert_eq!(result["status"], "completed", "{result}");
+        assert_eq!(result["value"], json!({}), "{result}");
+    }
+    assert_eq!((runtime.parked_cells(), runtime.live_vms()), (0, 0));
+}
+
+/// Polls `done` every few milliseconds for up to 20 s.
+async fn until(done: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < until, "never happened");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_more_cells_than_vms_await_slow_tools_at_once_and_complete() {
+    // 2 live VMs, 40 cells in 20 sessions, every cell awaiting a slow call
+    // and printing around it.
+    let options = RuntimeOptions {
+        sandbox: codemode_sandbox::SandboxConfig {
+            max_live_vms: 2,
+            ..codemode_sandbox::SandboxConfig::default()
+        },
+        vm_queue_timeout: Duration::from_secs(10),
+        ..RuntimeOptions::default()
+    };
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 30000}}}",
+        options,
+    );
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let scripted = Scripted::default().with("plugin:p:slow", Behaviour::Gate(Arc::clone(&gate)));
+    let tools = vec![tool(ToolSource::Plugin, "p", "slow", "waits for a gate")];
+    let mut cells = Vec::new();
+    for s in 0..20 {
+        let session = Arc::new(session(&runtime, tools.clone(), scripted.clone()));
+        for c in 0..2 {
+            let session = Arc::clone(&session);
+            cells.push(tokio::spawn(async move {
+                let code = format!(
+                    "text('before {s}.{c}'); const r = await tools.slow({{ n: {} }}); text('after'); return r.n",
+                    s * 2 + c
+                );
+                session.exec(&json!({ "code": code })).await.to_json()
+            }));
+        }
+    }
+    // All 40 wait at once on 2 VMs: their calls are in flight together.
+    until(|| runtime.parked_cells() == 40).await;
+    assert_eq!(scripted.calls.lock().unwrap().len(), 40);
+    gate.add_permits(40);
+    for (n, cell) in cells.into_iter().enumerate() {
+        let result = cell.await.unwrap();
+        assert_eq!(result["status"], "completed", "{result}");
+        assert_eq!(result["value"], n, "{result}");
+        // What the cell printed before it parked is kept.
+        let printed: Vec<_> = result["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["text"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(printed.len(), 2, "{result}");
+        assert!(printed[0].starts_with("before"), "{result}");
+        assert_eq!(printed[1], "after", "{result}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_cell_at_its_deadline_waits_and_its_result_is_kept() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 1500}}}",
+        RuntimeOptions::default(),
+    );
+    let (gate, slow, mut hogs) = cells_awaiting_a_gate(&runtime, 1);
+    until(|| runtime.parked_cells() == 1).await;
+    let waiting = hogs.pop().unwrap().await.unwrap();
+    assert_eq!(waiting["status"], "waiting", "{waiting}");
+    assert_eq!(waiting["reason"], "pending_tools", "{waiting}");
+    assert_eq!(runtime.parked_cells(), 0);
+    gate.add_permits(1);
+    let done = wait(&slow, &waiting["runId"]).await;
     assert_eq!(done["status"], "completed", "{done}");
-    let other_hog = hogs.pop().unwrap().await.unwrap();
-    assert_eq!(other_hog["status"], "completed", "{other_hog}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborting_a_parked_cell_cancels_its_calls() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 20000}}}",
+        RuntimeOptions::default(),
+    );
+    let (_gate, slow, mut hogs) = cells_awaiting_a_gate(&runtime, 1);
+    until(|| runtime.parked_cells() == 1).await;
+    slow.abort();
+    let aborted = hogs.pop().unwrap().await.unwrap();
+    assert_eq!(aborted["code"], "aborted", "{aborted}");
+    assert_eq!(aborted["telemetry"]["cancelledToolCalls"], 1, "{aborted}");
+    assert_eq!(runtime.parked_cells(), 0);
 }
 
 #[tokio::test]

@@ -9,11 +9,11 @@
 //! the call at once; `wait` then delivers its result. Nothing is replayed: a
 //! call runs at most once, after its decision.
 
+use flume::Sender;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 

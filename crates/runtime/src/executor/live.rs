@@ -123,7 +123,7 @@ pub(crate) struct LiveDrive {
     /// The model's call id of the exec or wait.
     pub(crate) call_id: String,
     /// Wakes the drive when it waits for nested results.
-    pub(crate) wake: std::sync::mpsc::Sender<Msg>,
+    pub(crate) wake: flume::Sender<Msg>,
     /// Interrupts its guest and refuses new nested calls.
     pub(crate) cancel: codemode_sandbox::CancelFlag,
 }

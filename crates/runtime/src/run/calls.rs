@@ -6,13 +6,13 @@
 //! keeps running while the run is suspended. Dropping [`Calls`] cancels
 //! every call still in flight (abort, expiry, timeout, run end).
 
+use flume::{Receiver, Sender};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -105,7 +105,7 @@ pub(crate) struct Calls {
 
 impl Calls {
     pub(crate) fn new(trajectory: Trajectory) -> Calls {
-        let (tx, rx) = channel();
+        let (tx, rx) = flume::unbounded();
         Calls {
             inflight: BTreeMap::new(),
             tx,

@@ -2,8 +2,8 @@
 //! (through [`crate::run::bridge`]) and delivering nested results as they
 //! arrive, until the cell is done, fails, yields, or the deadline comes.
 
+use flume::RecvTimeoutError;
 use std::collections::{HashSet, VecDeque};
-use std::sync::mpsc::RecvTimeoutError;
 use std::time::Instant;
 
 use codemode_sandbox::{FailureKind, Settlement, Step, Vm};
@@ -20,8 +20,9 @@ use crate::run::outcome::{
 };
 use crate::run::state::RunState;
 
-/// How long a cell idles (only nested calls in flight) between checks for
-/// a queued exec or wait that needs its VM.
+/// How long a cell idles (only nested calls in flight) before it parks
+/// ([`crate::run::park`]), or, when it cannot, between checks for a queued
+/// exec or wait that needs its VM.
 const YIELD_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Runs `f` with the run registered as live in its scope, so an abort
@@ -91,17 +92,31 @@ fn never_settles(vm: &Vm, output: Vec<Output>) -> CodeModeResult {
     }
 }
 
+/// Whether a cell may park now: the process and its scope have room for
+/// one more, and its VM surely fits in a snapshot (a cell that could not
+/// be suspended keeps its VM instead of failing).
+fn park_ticket(ctx: &DriveCtx, vm: &Vm) -> Option<crate::slots::ParkTicket> {
+    if vm.memory_bytes() + PARK_SNAPSHOT_SLACK > ctx.limits.max_snapshot_bytes {
+        return None;
+    }
+    ctx.host.slots.try_park(&ctx.scope.vm_slots)
+}
+
+/// A snapshot's bytes besides the memory pages (page indices, globals).
+const PARK_SNAPSHOT_SLACK: usize = 64 << 10;
+
 /// Drives a VM: answers requests, delivers ready settlements and nested
 /// results as they arrive, and stops when the cell is done, fails, yields,
-/// or still waits on calls at the deadline.
+/// parks, or still waits on calls at the deadline. `output` is what the
+/// cell printed before (in an earlier stretch of the same exec or wait).
 pub(crate) fn drive(
     ctx: &DriveCtx,
     mut vm: Vm,
     mut step: Step,
     state: &mut RunState,
     mut ready: VecDeque<(u32, Settlement)>,
+    mut output: Vec<Output>,
 ) -> Driven {
-    let mut output = Vec::new();
     // The cell's value once it returned while fire-and-forget calls were
     // still running (kept across waits until they settle).
     let mut finished: Option<Value> = state.returned.take();
@@ -189,10 +204,20 @@ pub(crate) fn drive(
         let left = ctx
             .delivery_deadline()
             .saturating_duration_since(Instant::now());
-        // Idle with calls in flight: look for a queued exec or wait that
-        // needs this VM more than this cell does (see `crate::slots`).
+        // Idle with calls in flight: after a short spell the cell parks
+        // (its VM slot freed while it awaits them); one that cannot park
+        // looks for a queued exec or wait that needs its VM more than it
+        // does (see `crate::slots`).
         let message = match state.calls.receiver().recv_timeout(left.min(YIELD_CHECK)) {
             Err(RecvTimeoutError::Timeout) if left > YIELD_CHECK => {
+                if let Some(ticket) = park_ticket(ctx, &vm) {
+                    state.returned = finished;
+                    return Driven::Park {
+                        vm: Box::new(vm),
+                        output,
+                        ticket,
+                    };
+                }
                 if ctx.host.slots.take_yield_request() {
                     tracing::debug!("an idle cell gives its VM to a queued exec or wait");
                     return stop_open(vm, output, state, finished, WaitReason::PendingTools);

@@ -18,8 +18,9 @@ use crate::run::drain::{drive, live};
 use crate::run::env::{DriveCtx, RunEnv};
 use crate::run::live::StoreError;
 use crate::run::outcome::{
-    Driven, aborted_failure, finish, host_failure, record_call, record_call_run, with_telemetry,
+    Driven, aborted_failure, host_failure, record_call, record_call_run, with_telemetry,
 };
+use crate::run::park::{Stretch, end_stretch, off_executor};
 use crate::run::prepare::prepare;
 use crate::run::state::{RunInfo, RunState};
 
@@ -73,7 +74,6 @@ async fn run_exec(
     let work = move || {
         let mut state = state;
         state.calls.follow(ctx.progress.clone());
-        let mut events = Vec::new();
         // Registered before the first burst, so abort and
         // cancellation reach a cell that never yields.
         let driven = live(&ctx, &mut state, |ctx, state| {
@@ -82,14 +82,13 @@ async fn run_exec(
                 .sandbox
                 .start_with_context(&code, &context, &ctx.limits)
             {
-                Ok((vm, step)) => drive(ctx, vm, step, state, VecDeque::new()),
+                Ok((vm, step)) => drive(ctx, vm, step, state, VecDeque::new(), Vec::new()),
                 Err(e) => Driven::done(host_failure(&e)),
             }
         });
-        finish(&ctx, None, driven, state, started, &mut events)
+        end_stretch(ctx, None, driven, state, started, Vec::new())
     };
-    let result = blocking(work, started).await;
-    drop(permit);
+    let result = stretches(env, permit, work, started).await;
     if let Some(hooks) = &env.hooks {
         hooks.after_tool_call(ToolCallRecord {
             tool_kind: "code_mode_exec",
@@ -229,10 +228,41 @@ async fn run_wait(
         .map_err(|e| store_refusal(&e, run_id))?;
     let run_id = run_id.to_owned();
     let wait_call_id = call_id.to_owned();
-    let work = move || resume_and_drive(&ctx, taken, &run_id, wait_call_id, started);
-    let result = blocking(work, started).await;
-    drop(permit);
-    Ok(result)
+    let work = move || resume_and_drive(ctx, taken, run_id, wait_call_id, started);
+    Ok(stretches(env, permit, work, started).await)
+}
+
+/// Drives a run to its exec's or wait's result: `first` is its first
+/// stretch on a VM; each time the cell parks, its VM slot is given back
+/// until news arrives, then taken again for the next stretch
+/// ([`crate::run::park`]).
+async fn stretches<F>(
+    env: &RunEnv,
+    permit: crate::slots::VmPermit,
+    first: F,
+    started: Instant,
+) -> CodeModeResult
+where
+    F: FnOnce() -> Stretch + Send + 'static,
+{
+    let mut stretch = blocking(first, started).await;
+    let mut permit = permit;
+    loop {
+        let parked = match stretch {
+            Stretch::Result(result) => return result,
+            Stretch::Parked(parked) => parked,
+        };
+        drop(permit);
+        tracing::trace!("a cell parks: its VM slot is free until a result arrives");
+        let parked = match parked.go_on(env).await {
+            Ok((again, parked)) => {
+                permit = again;
+                parked
+            }
+            Err(result) => return result,
+        };
+        stretch = blocking(move || parked.resume(), started).await;
+    }
 }
 
 /// A VM slot of the run's scope, or `runtime_busy` (its message followed
@@ -282,12 +312,12 @@ fn store_refusal(e: &StoreError, run_id: &str) -> (CodeModeResult, Vec<SnapshotE
 /// On the blocking thread: restore the taken run, deliver what arrived,
 /// and drive it to its next result.
 fn resume_and_drive(
-    ctx: &DriveCtx,
+    ctx: DriveCtx,
     taken: crate::run::resume::Taken,
-    run_id: &str,
+    run_id: String,
     wait_call_id: String,
     started: Instant,
-) -> CodeModeResult {
+) -> Stretch {
     let crate::run::resume::Taken {
         snapshot,
         mut state,
@@ -296,7 +326,7 @@ fn resume_and_drive(
     state.info.wait_count += 1;
     state.drive_call_id = wait_call_id;
     state.calls.follow(ctx.progress.clone());
-    hold_for_decision(ctx, &mut state);
+    hold_for_decision(&ctx, &mut state);
     let mut events = Vec::new();
     let restore_started = Instant::now();
     let vm = match ctx.host.sandbox.restore(&snapshot, &ctx.limits) {
@@ -308,13 +338,13 @@ fn resume_and_drive(
             {
                 *code = Some(ErrorCode::SnapshotRestoreFailed);
             }
-            return finish(
+            return end_stretch(
                 ctx,
                 Some(run_id),
                 Driven::done(result),
                 state,
                 started,
-                &mut events,
+                events,
             );
         }
     };
@@ -338,13 +368,13 @@ fn resume_and_drive(
         Driven::done(aborted_failure())
     } else {
         for finished in arrived {
-            ready.push_back(settlement(ctx, &mut state, finished));
+            ready.push_back(settlement(&ctx, &mut state, finished));
         }
-        live(ctx, &mut state, |ctx, state| {
-            drive(ctx, vm, Step::Pending, state, ready)
+        live(&ctx, &mut state, |ctx, state| {
+            drive(ctx, vm, Step::Pending, state, ready, Vec::new())
         })
     };
-    finish(ctx, Some(run_id), driven, state, started, &mut events)
+    end_stretch(ctx, Some(run_id), driven, state, started, events)
 }
 
 /// A run held only for a human's decision: block (cancellable, like a
@@ -377,25 +407,13 @@ fn hold_for_decision(ctx: &DriveCtx, state: &mut RunState) {
     ctx.scope.unregister(key);
 }
 
-/// Runs blocking work (a durable store's I/O) without stalling the async
-/// executor's other tasks: in place on a multi-thread runtime.
-fn off_executor<T>(work: impl FnOnce() -> T) -> T {
-    if tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-    {
-        tokio::task::block_in_place(work)
-    } else {
-        work()
-    }
-}
-
 /// Runs a VM burst off the async executor: on a multi-thread runtime in
 /// place (`block_in_place` hands this worker's other tasks to another
 /// thread, and saves two thread hand-offs per exec), on a current-thread
 /// runtime on the blocking pool. A panic in `work` becomes `internal_error`.
-async fn blocking<F>(work: F, started: Instant) -> CodeModeResult
+async fn blocking<F>(work: F, started: Instant) -> Stretch
 where
-    F: FnOnce() -> CodeModeResult + Send + 'static,
+    F: FnOnce() -> Stretch + Send + 'static,
 {
     // A burst that burns CPU yields priority to other sessions' short
     // cells until it ends (codemode_sandbox::burst).
@@ -421,11 +439,11 @@ where
                 duration_ms: started.elapsed().as_secs_f64() * 1000.0,
                 ..Telemetry::default()
             };
-            CodeModeResult::failure(
+            Stretch::Result(CodeModeResult::failure(
                 ErrorCode::InternalError,
                 format!("the sandbox thread failed: {e}"),
                 telemetry,
-            )
+            ))
         }
     }
 }

@@ -40,8 +40,14 @@ pub struct RuntimeOptions {
     pub max_live_vms_per_scope: usize,
     /// How long an exec or wait queues for a live-VM slot (its scope's
     /// share, then the process's) before failing with
-    /// `runtime_unavailable`.
+    /// `runtime_busy`.
     pub vm_queue_timeout: Duration,
+    /// Cells parked at once: cells awaiting nested calls whose VM was
+    /// suspended into memory and its slot freed ([`crate::slots`]). Past
+    /// it an idle cell keeps its VM.
+    pub max_parked_cells: usize,
+    /// Parked cells one scope may hold at once.
+    pub max_parked_cells_per_scope: usize,
     /// The largest nested tool result (as JSON) the bridge delivers into a
     /// VM as a value; larger results reject the call with a clear message
     /// (unless they are held as handles, see below).
@@ -82,6 +88,8 @@ impl Default for RuntimeOptions {
             max_store_bytes_per_scope: 256 << 20,
             max_live_vms_per_scope: 16,
             vm_queue_timeout: Duration::from_secs(5),
+            max_parked_cells: 4096,
+            max_parked_cells_per_scope: 512,
             max_tool_result_bytes: 4 << 20,
             result_handle_bytes: 1 << 20,
             max_held_result_bytes: 128 << 20,

@@ -33,6 +33,21 @@ pub(crate) enum Driven {
         reason: WaitReason,
         output: Vec<Output>,
     },
+    /// The cell only awaits nested calls and gives its VM slot up while it
+    /// does ([`crate::slots`]); its exec or wait goes on.
+    Park {
+        vm: Box<Vm>,
+        output: Vec<Output>,
+        ticket: crate::slots::ParkTicket,
+    },
+    /// A parked cell's exec or wait ends while the cell has no VM: the
+    /// run suspends from the snapshot it was parked in.
+    Suspended {
+        snapshot: Box<Snapshot>,
+        memory_bytes: u64,
+        reason: WaitReason,
+        output: Vec<Output>,
+    },
 }
 
 impl Driven {
@@ -158,10 +173,22 @@ pub(crate) fn finish(
     };
     let (vm, reason, output) = match driven {
         Driven::Done(result) => return end(&mut state, *result, Cancel::RunEnded, events),
-        Driven::Suspend { vm, reason, output } => (vm, reason, output),
+        Driven::Suspend { vm, reason, output } => (Ok(vm), reason, output),
+        // Not parked after all (its caller suspends instead).
+        Driven::Park { vm, output, .. } => (Ok(vm), WaitReason::PendingTools, output),
+        Driven::Suspended {
+            snapshot,
+            memory_bytes,
+            reason,
+            output,
+        } => (Err((snapshot, memory_bytes)), reason, output),
+    };
+    let memory_bytes = match &vm {
+        Ok(vm) => vm.memory_bytes() as u64,
+        Err((_, bytes)) => *bytes,
     };
     let mut telemetry = Telemetry {
-        vm_memory_bytes: Some(vm.memory_bytes() as u64),
+        vm_memory_bytes: Some(memory_bytes),
         output_bytes: output.iter().map(|o| o.size_bytes() as u64).sum(),
         ..Telemetry::default()
     };
@@ -169,7 +196,11 @@ pub(crate) fn finish(
         return end(&mut state, aborted_failure(), Cancel::Aborted, events);
     }
     let suspend_started = Instant::now();
-    let snapshot = match vm.suspend() {
+    let suspended = match vm {
+        Ok(vm) => vm.suspend(),
+        Err((snapshot, _)) => Ok(*snapshot),
+    };
+    let snapshot = match suspended {
         Ok(snapshot) => snapshot,
         Err(e) => {
             let mut failed = host_failure(&e);
