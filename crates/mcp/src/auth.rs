@@ -422,4 +422,155 @@ mod tests {
         assert_eq!(auth.principal("alice-token-012345678"), None);
         assert_eq!(auth.principal(""), None);
     }
+
+    #[test]
+    fn quoted_keeps_printable_ascii_and_drops_quotes_backslashes_and_controls() {
+        let printable: String = (' '..='~').collect();
+        let expected: String = printable
+            .chars()
+            .filter(|c| !matches!(c, '"' | '\\'))
+            .collect();
+        assert_eq!(quoted(&printable), expected);
+        for c in [
+            '"', '\\', '\0', '\t', '\n', '\r', '\u{1b}', '\u{7f}', 'é', '\u{2028}',
+        ] {
+            assert_eq!(quoted(&format!("a{c}b")), "ab", "{c:?} is dropped");
+        }
+    }
+
+    #[test]
+    fn the_challenge_header_carries_the_reason_as_a_valid_quoted_string() {
+        let auth = ClientAuth::new(
+            Vec::new(),
+            None,
+            Arc::new(LocalSessionManager::default()),
+            16,
+        );
+        let reason = "a\"b\\c\td\u{7f}e\0f\r\ng\u{1b}h é\", evil=\"1";
+        let response = unauthorized(&auth, true, Some(reason));
+        let header = response
+            .headers()
+            .get(http::header::WWW_AUTHENTICATE)
+            .expect("a challenge is sent")
+            .to_str()
+            .unwrap();
+        let description = header
+            .strip_prefix(
+                "Bearer realm=\"codemode\", error=\"invalid_token\", error_description=\"",
+            )
+            .and_then(|rest| rest.strip_suffix('"'))
+            .unwrap_or_else(|| panic!("unexpected challenge: {header}"));
+        assert_eq!(description, "abcdefgh , evil=1");
+        assert!(
+            description
+                .chars()
+                .all(|c| (' '..='~').contains(&c) && c != '"' && c != '\\'),
+            "only qdtext inside the quotes: {header}"
+        );
+    }
+
+    /// Alice's and Bob's tokens in front of a route that opens a live
+    /// session (in the manager the middleware prunes against) for a
+    /// request without one, and otherwise answers with the principal.
+    async fn session_server(max_sessions: usize) -> (std::net::SocketAddr, Arc<ClientAuth>) {
+        let sessions = Arc::new(LocalSessionManager::default());
+        let auth = Arc::new(ClientAuth::new(
+            vec![
+                BearerToken {
+                    name: "alice".into(),
+                    token: crate::Secret::new("alice-token-0123456789"),
+                },
+                BearerToken {
+                    name: "bob".into(),
+                    token: crate::Secret::new("bob-token-0123456789ab"),
+                },
+            ],
+            None,
+            Arc::clone(&sessions),
+            max_sessions,
+        ));
+        // The transports stay alive, so every session stays live.
+        let transports = Arc::new(tokio::sync::Mutex::new(Vec::new()));
+        let middleware_auth = Arc::clone(&auth);
+        let app = axum::Router::new()
+            .route(
+                "/",
+                axum::routing::post(move |request: axum::extract::Request| {
+                    let sessions = Arc::clone(&sessions);
+                    let transports = Arc::clone(&transports);
+                    async move {
+                        let principal = request
+                            .extensions()
+                            .get::<Principal>()
+                            .map(|p| p.0.clone())
+                            .unwrap_or_default();
+                        if request.headers().contains_key("mcp-session-id") {
+                            return principal.into_response();
+                        }
+                        let (id, transport) = sessions.create_session().await.unwrap();
+                        transports.lock().await.push(transport);
+                        ([("mcp-session-id", id.to_string())], principal).into_response()
+                    }
+                }),
+            )
+            .layer(axum::middleware::from_fn(move |request, next| {
+                require_token(Arc::clone(&middleware_auth), request, next)
+            }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (addr, auth)
+    }
+
+    #[tokio::test]
+    async fn past_the_pruning_bound_live_sessions_still_refuse_another_principal() {
+        let (addr, auth) = session_server(8).await;
+        crate::install_tls_provider();
+        let client = reqwest::Client::new();
+        let send = |token: &'static str, session: Option<String>| {
+            let mut request = client
+                .post(format!("http://{addr}/"))
+                .header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+            if let Some(id) = session {
+                request = request.header("mcp-session-id", id);
+            }
+            async move {
+                let response = request.send().await.unwrap();
+                let id = response
+                    .headers()
+                    .get("mcp-session-id")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                (
+                    response.status().as_u16(),
+                    id,
+                    response.text().await.unwrap(),
+                )
+            }
+        };
+        const ALICE: &str = "alice-token-0123456789";
+        const BOB: &str = "bob-token-0123456789ab";
+        // More live sessions than the bound past which the map is pruned.
+        let opened = auth.prune_above + 16;
+        let mut ids = Vec::new();
+        for _ in 0..opened {
+            let (status, id, body) = send(ALICE, None).await;
+            assert_eq!((status, body.as_str()), (200, "alice"));
+            ids.push(id.expect("a new session id"));
+        }
+        assert_eq!(
+            send(BOB, None).await.0,
+            200,
+            "Bob's token is good on its own"
+        );
+        for (n, id) in ids.iter().enumerate() {
+            let (status, _, body) = send(BOB, Some(id.clone())).await;
+            assert_eq!(
+                status, 403,
+                "Bob got into Alice's live session #{n} of {opened}: {body}"
+            );
+            assert!(body.starts_with("Forbidden"), "{body}");
+            let (status, _, body) = send(ALICE, Some(id.clone())).await;
+            assert_eq!((status, body.as_str()), (200, "alice"), "session #{n}");
+        }
+    }
 }

@@ -636,4 +636,283 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    /// `{"decision":"allow","pad":"xx…"}` exactly `len` bytes long.
+    fn allow_padded_to(len: usize) -> Vec<u8> {
+        const HEAD: &str = r#"{"decision":"allow","pad":""#;
+        const TAIL: &str = r#""}"#;
+        let mut reply = HEAD.as_bytes().to_vec();
+        reply.resize(len - TAIL.len(), b'x');
+        reply.extend_from_slice(TAIL.as_bytes());
+        assert_eq!(reply.len(), len);
+        reply
+    }
+
+    /// A raw HTTP/1.1 endpoint answering every POST with `body`, chunked
+    /// (no `Content-Length`) in chunks of `chunk` bytes, except that the
+    /// bytes from `last` on go out in one final chunk, written after a
+    /// pause so the client has read everything before it: then no read
+    /// of the answer ends anywhere but on those chunk bounds.
+    async fn raw_chunked_endpoint(body: Vec<u8>, chunk: usize, last: usize) -> String {
+        use tokio::io::AsyncBufReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let body = Arc::new(body);
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let body = Arc::clone(&body);
+                tokio::spawn(async move {
+                    let mut socket = tokio::io::BufReader::new(socket);
+                    // The request: headers, then `Content-Length` bytes
+                    // (all of it read, so closing never resets the
+                    // connection under the answer).
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if socket.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let line = line.trim_end();
+                        if line.is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    let mut request = vec![0; length];
+                    if socket.read_exact(&mut request).await.is_err() {
+                        return;
+                    }
+                    let socket = socket.get_mut();
+                    let frame = |data: &[u8]| {
+                        let mut framed = format!("{:x}\r\n", data.len()).into_bytes();
+                        framed.extend_from_slice(data);
+                        framed.extend_from_slice(b"\r\n");
+                        framed
+                    };
+                    let mut head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+                    for piece in body[..last].chunks(chunk) {
+                        head.extend(frame(piece));
+                    }
+                    if socket.write_all(&head).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let mut tail = frame(&body[last..]);
+                    tail.extend_from_slice(b"0\r\n\r\n");
+                    if socket.write_all(&tail).await.is_err() {
+                        return;
+                    }
+                    // Held open until the client is done with it.
+                    let mut rest = [0; 1024];
+                    while socket.read(&mut rest).await.is_ok_and(|n| n > 0) {}
+                });
+            }
+        });
+        format!("http://{addr}/hook")
+    }
+
+    #[tokio::test]
+    async fn a_streamed_answer_passing_the_limit_between_chunk_bounds_blocks() {
+        // 1000-byte chunks up to 400 bytes short of the limit, then one
+        // chunk of 1000 crossing it: no read ends exactly on the limit.
+        let body = allow_padded_to(MAX_HOOK_REPLY_BYTES + 600);
+        let url = raw_chunked_endpoint(body, 1000, MAX_HOOK_REPLY_BYTES - 400).await;
+        let hook = ConfiguredHook::new(HookConfig {
+            target: HookTarget::Url(url),
+            timeout: Duration::from_secs(20),
+        });
+        match hook.before_tool_call(event("a")).await {
+            HookDecision::Block { reason } => assert!(
+                reason.contains("fail closed")
+                    && reason.contains(&format!("more than {MAX_HOOK_REPLY_BYTES} bytes")),
+                "{reason}"
+            ),
+            other => panic!("an oversized streamed answer was accepted: {other:?}"),
+        }
+        // The same server with an answer within the limit is heard.
+        let url = raw_chunked_endpoint(br#"{"decision":"allow"}"#.to_vec(), 7, 10).await;
+        let hook = ConfiguredHook::new(HookConfig {
+            target: HookTarget::Url(url),
+            timeout: Duration::from_secs(20),
+        });
+        assert_eq!(hook.before_tool_call(event("a")).await, HookDecision::Allow);
+    }
+
+    /// An endpoint answering `allow` padded to exactly `n` bytes at
+    /// `/whole/{n}` (with `Content-Length`) and `/chunked/{n}` (streamed
+    /// in 64 KiB chunks, without it).
+    async fn sized_endpoint() -> String {
+        let app = axum::Router::new()
+            .route(
+                "/whole/{n}",
+                axum::routing::post(
+                    |axum::extract::Path(n): axum::extract::Path<usize>| async move {
+                        allow_padded_to(n)
+                    },
+                ),
+            )
+            .route(
+                "/chunked/{n}",
+                axum::routing::post(
+                    |axum::extract::Path(n): axum::extract::Path<usize>| async move {
+                        let chunks: Vec<Result<Vec<u8>, std::io::Error>> = allow_padded_to(n)
+                            .chunks(64 << 10)
+                            .map(|c| Ok(c.to_vec()))
+                            .collect();
+                        axum::body::Body::from_stream(futures::stream::iter(chunks))
+                    },
+                ),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_url_hook_answer_of_exactly_the_limit_is_heard_and_one_byte_more_blocks() {
+        let base = sized_endpoint().await;
+        for form in ["whole", "chunked"] {
+            for (len, allowed) in [
+                (MAX_HOOK_REPLY_BYTES - 1, true),
+                (MAX_HOOK_REPLY_BYTES, true),
+                (MAX_HOOK_REPLY_BYTES + 1, false),
+            ] {
+                let hook = ConfiguredHook::new(HookConfig {
+                    target: HookTarget::Url(format!("{base}/{form}/{len}")),
+                    timeout: Duration::from_secs(20),
+                });
+                match hook.before_tool_call(event("a")).await {
+                    HookDecision::Allow if allowed => {}
+                    HookDecision::Block { reason } if !allowed => assert!(
+                        reason.contains(&format!("more than {MAX_HOOK_REPLY_BYTES} bytes")),
+                        "{form} {len}: {reason}"
+                    ),
+                    other => panic!("{form} answer of {len} bytes: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_hook_answer_of_exactly_the_limit_is_heard_and_one_byte_more_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        for (len, allowed) in [
+            (MAX_HOOK_REPLY_BYTES - 1, true),
+            (MAX_HOOK_REPLY_BYTES, true),
+            (MAX_HOOK_REPLY_BYTES + 1, false),
+        ] {
+            let reply = dir.path().join(format!("reply-{len}.json"));
+            std::fs::write(&reply, allow_padded_to(len)).unwrap();
+            let hook = ConfiguredHook::new(HookConfig {
+                target: HookTarget::Command(vec!["cat".into(), reply.display().to_string()]),
+                timeout: Duration::from_secs(20),
+            });
+            match hook.before_tool_call(event("a")).await {
+                HookDecision::Allow if allowed => {}
+                HookDecision::Block { reason } if !allowed => assert!(
+                    reason.contains(&format!("printed more than {MAX_HOOK_REPLY_BYTES} bytes")),
+                    "{len}: {reason}"
+                ),
+                other => panic!("an answer of {len} bytes: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_url_hook_names_its_url_without_credentials_query_or_fragment() {
+        const SECRETS: [&str; 4] = ["ops-user", "hunter2-pw", "tok-secret-42", "frag-secret"];
+        let url = endpoint(Arc::default()).await;
+        let bare = url.clone();
+        let with_secrets = |url: &str| {
+            format!(
+                "{}?token=tok-secret-42#frag-secret",
+                url.replacen("http://", "http://ops-user:hunter2-pw@", 1)
+            )
+        };
+        // Answered 500 ("d"), and a connection closed without an answer.
+        let closed = {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { while listener.accept().await.is_ok() {} });
+            format!("http://{addr}/hook")
+        };
+        for (url, tool, why) in [(&bare, "d", "answered 500"), (&closed, "a", "failed")] {
+            let hook = ConfiguredHook::new(HookConfig {
+                target: HookTarget::Url(with_secrets(url)),
+                timeout: Duration::from_secs(10),
+            });
+            match hook.before_tool_call(event(tool)).await {
+                HookDecision::Block { reason } => {
+                    assert!(reason.contains(&format!("POST {url} {why}")), "{reason}");
+                    for secret in SECRETS {
+                        assert!(!reason.contains(secret), "{secret} shown: {reason}");
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_on_the_character_boundary_below_the_bound() {
+        // One ASCII byte first: every `é` (2 bytes) then straddles an even
+        // offset, so byte MAX_REASON_BYTES is inside one.
+        let reason = format!("a{}", "é".repeat(MAX_REASON_BYTES));
+        assert!(!reason.is_char_boundary(MAX_REASON_BYTES));
+        let reply = serde_json::json!({ "decision": "block", "reason": reason }).to_string();
+        // In a thread, so a cut that never ends fails the test instead of
+        // hanging it.
+        let (sent, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sent.send(parse_decision(reply.as_bytes()));
+        });
+        let decision = got
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the reason is cut in time");
+        let kept = (MAX_REASON_BYTES - 1) / 2;
+        assert_eq!(
+            decision,
+            Ok(HookDecision::Block {
+                reason: format!("a{}…", "é".repeat(kept))
+            })
+        );
+        assert_eq!(
+            bounded_reason(&"é".repeat(2000)).len(),
+            MAX_REASON_BYTES + 3
+        );
+        assert_eq!(
+            bounded_reason(&"x".repeat(MAX_REASON_BYTES)),
+            "x".repeat(MAX_REASON_BYTES)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_command_hook_that_answers_takes_the_children_it_left_behind_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let script = format!(
+            r#"sleep 30 >/dev/null 2>&1 & echo $! > '{}'; echo '{{"decision":"allow"}}'"#,
+            pid_file.display()
+        );
+        let hook = ConfiguredHook::new(HookConfig {
+            target: HookTarget::Command(vec!["sh".into(), "-c".into(), script]),
+            timeout: Duration::from_secs(10),
+        });
+        assert_eq!(hook.before_tool_call(event("a")).await, HookDecision::Allow);
+        let pid: u32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while running(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!running(pid), "the hook's child {pid} outlived it");
+    }
 }

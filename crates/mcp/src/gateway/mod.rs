@@ -295,6 +295,7 @@ impl Gateway {
             info!(
                 suspended_runs = held,
                 live_vms = self.shared.runtime.live_vms(),
+                parked_cells = self.shared.runtime.parked_cells(),
                 open_sessions = self.shared.open_sessions.load(Ordering::SeqCst),
                 "suspended runs held at shutdown: {held}"
             );

@@ -249,7 +249,7 @@ where
     let mut permit = permit;
     loop {
         let parked = match stretch {
-            Stretch::Result(result) => return result,
+            Stretch::Result(result) => return *result,
             Stretch::Parked(parked) => parked,
         };
         drop(permit);
@@ -439,11 +439,11 @@ where
                 duration_ms: started.elapsed().as_secs_f64() * 1000.0,
                 ..Telemetry::default()
             };
-            Stretch::Result(CodeModeResult::failure(
+            Stretch::Result(Box::new(CodeModeResult::failure(
                 ErrorCode::InternalError,
                 format!("the sandbox thread failed: {e}"),
                 telemetry,
-            ))
+            )))
         }
     }
 }

@@ -26,7 +26,7 @@ const PACK_AFTER: Duration = Duration::from_secs(1);
 
 /// What one stretch of a drive, on its blocking thread, ended in.
 pub(crate) enum Stretch {
-    Result(CodeModeResult),
+    Result(Box<CodeModeResult>),
     Parked(Box<Parked>),
 }
 
@@ -91,7 +91,7 @@ pub(crate) fn end_stretch(
             started,
             &mut events,
         );
-        return Stretch::Result(result);
+        return Stretch::Result(Box::new(result));
     };
     let memory_bytes = vm.memory_bytes() as u64;
     match vm.suspend() {
@@ -109,14 +109,14 @@ pub(crate) fn end_stretch(
         })),
         Err(e) => {
             let failed = Driven::done(host_failure(&e));
-            Stretch::Result(finish(
+            Stretch::Result(Box::new(finish(
                 &ctx,
                 resumed.as_deref(),
                 failed,
                 state,
                 started,
                 &mut events,
-            ))
+            )))
         }
     }
 }
