@@ -121,6 +121,23 @@ fn main() {
         for _ in 0..20 {
             quick.exec(&json!({ "code": "return 1" })).await;
         }
+        // Every VM slot used once at the same time (128 cells of 8
+        // sessions busy for 300 ms): the memory of the VM pool is then
+        // resident before the baseline, a fixed cost of concurrency that
+        // is not per waiting cell.
+        let busy = "const t = Date.now(); while (Date.now() - t < 300) {} return 1";
+        let warm: Vec<_> = (0..8)
+            .flat_map(|s| {
+                let session = session(&runtime, 1_000_000 + s, &slow);
+                (0..16).map(move |_| {
+                    let session = Arc::clone(&session);
+                    tokio::spawn(async move { session.exec(&json!({ "code": busy })).await })
+                })
+            })
+            .collect();
+        for cell in warm {
+            cell.await.unwrap();
+        }
         let unloaded = quick_latencies(&quick, 200).await;
         let (rss_before, threads_before) = (status("VmRSS"), status("Threads"));
         let started = Instant::now();
@@ -148,8 +165,10 @@ fn main() {
         // Let the last cells park.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let (parked, live) = (runtime.parked_cells(), runtime.live_vms());
+        let rss_parked = status("VmRSS");
         let loaded = quick_latencies(&quick, 200).await;
-        // Memory once the cells that waited a second are packed.
+        // Memory once every cell waited long enough to be packed.
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let (rss_waiting, threads_waiting) = (status("VmRSS"), status("Threads"));
         let mut completed = 0;
         for cell in pending {
@@ -166,11 +185,11 @@ fn main() {
             "  every call in flight after {:.0} ms; then {parked} cells parked on {live} live VMs",
             all_in_flight.as_secs_f64() * 1000.0
         );
+        let per_cell = |rss: u64| rss.saturating_sub(rss_before) as f64 / cells as f64;
         println!(
-            "  RSS {} → {} KiB: {:.1} KiB per waiting cell; threads {threads_before} → {threads_waiting}",
-            rss_before,
-            rss_waiting,
-            rss_waiting.saturating_sub(rss_before) as f64 / cells as f64
+            "  RSS {rss_before} KiB (all 128 VMs used once) → {rss_parked} KiB when all parked ({:.1} KiB per cell) → {rss_waiting} KiB once packed ({:.1} KiB per cell); threads {threads_before} → {threads_waiting}",
+            per_cell(rss_parked),
+            per_cell(rss_waiting),
         );
         println!("  return 1, unloaded: {}", percentiles(unloaded));
         println!("  return 1, while the cells wait: {}", percentiles(loaded));

@@ -113,7 +113,8 @@ fn a_packed_snapshot_is_smaller_and_unpacks_to_the_same_run() {
     let id = vm.take_new_requests()[0].id;
     let snapshot = vm.suspend().unwrap();
     let packed = snapshot.pack();
-    // A QuickJS heap packs well: this is what a long-waiting run holds.
+    // A QuickJS heap packs well: this is what a long-waiting run holds
+    // (its buffer's whole capacity: zstd's worst-case buffer is not kept).
     assert!(
         packed.size_bytes() * 2 < snapshot.size_bytes(),
         "packed {} of {}",
