@@ -786,15 +786,26 @@ mod tests {
                     target: HookTarget::Url(format!("{base}/{form}/{len}")),
                     timeout: Duration::from_secs(20),
                 });
-                match hook.before_tool_call(event("a")).await {
-                    HookDecision::Allow if allowed => {}
-                    HookDecision::Block { reason } if !allowed => assert!(
-                        reason.contains(&format!("more than {MAX_HOOK_REPLY_BYTES} bytes")),
-                        "{form} {len}: {reason}"
-                    ),
-                    other => panic!("{form} answer of {len} bytes: {other:?}"),
-                }
+                heard_only_within_the_limit(&hook, len, allowed, "").await;
             }
+        }
+    }
+
+    /// The hook's answer of `len` bytes is heard (`allowed`) or blocks
+    /// with a reason naming the limit (after `verb`).
+    async fn heard_only_within_the_limit(
+        hook: &ConfiguredHook,
+        len: usize,
+        allowed: bool,
+        verb: &str,
+    ) {
+        match hook.before_tool_call(event("a")).await {
+            HookDecision::Allow if allowed => {}
+            HookDecision::Block { reason } if !allowed => assert!(
+                reason.contains(&format!("{verb}more than {MAX_HOOK_REPLY_BYTES} bytes")),
+                "{len}: {reason}"
+            ),
+            other => panic!("an answer of {len} bytes: {other:?}"),
         }
     }
 
@@ -812,14 +823,7 @@ mod tests {
                 target: HookTarget::Command(vec!["cat".into(), reply.display().to_string()]),
                 timeout: Duration::from_secs(20),
             });
-            match hook.before_tool_call(event("a")).await {
-                HookDecision::Allow if allowed => {}
-                HookDecision::Block { reason } if !allowed => assert!(
-                    reason.contains(&format!("printed more than {MAX_HOOK_REPLY_BYTES} bytes")),
-                    "{len}: {reason}"
-                ),
-                other => panic!("an answer of {len} bytes: {other:?}"),
-            }
+            heard_only_within_the_limit(&hook, len, allowed, "printed ").await;
         }
     }
 

@@ -132,8 +132,10 @@ impl Parked {
     ) -> Result<(crate::slots::VmPermit, Box<Parked>), CodeModeResult> {
         match self.news().await {
             News::Arrived => {}
-            News::Aborted => return Err(off_executor(move || self.abort())),
-            News::Suspend(reason) => return Err(off_executor(move || self.suspend(reason))),
+            News::Aborted => return Err(off_executor(move || self.end(End::Aborted))),
+            News::Suspend(reason) => {
+                return Err(off_executor(move || self.end(End::Suspend(reason))));
+            }
         }
         let deadline = tokio::time::Instant::from_std(self.ctx.delivery_deadline());
         let slot =
@@ -142,7 +144,9 @@ impl Parked {
             Ok(Ok(permit)) => Ok((permit, self)),
             // No VM in time: the run waits for the next `wait`, its
             // results kept.
-            _ => Err(off_executor(move || self.suspend(WaitReason::PendingTools))),
+            _ => Err(off_executor(move || {
+                self.end(End::Suspend(WaitReason::PendingTools))
+            })),
         }
     }
 
@@ -253,9 +257,11 @@ impl Parked {
         })
     }
 
-    /// The exec or wait ends while the cell is parked: the run suspends
-    /// from its snapshot (results that arrived are kept for `wait`).
-    fn suspend(self: Box<Self>, reason: WaitReason) -> CodeModeResult {
+    /// The exec or wait ends while the cell is parked: on a suspension
+    /// the run waits from its snapshot (results that arrived are kept for
+    /// `wait`); on an abort (the scope aborted or the call cancelled) its
+    /// calls are cancelled and nothing more runs.
+    fn end(self: Box<Self>, how: End) -> CodeModeResult {
         let Parked {
             ctx,
             resumed,
@@ -268,22 +274,30 @@ impl Parked {
             arrived,
             ..
         } = *self;
-        for done in arrived {
-            let settled = settlement(&ctx, &mut state, done);
-            state.carried.push_back(settled);
-        }
-        let driven = match vm.into_snapshot() {
-            Ok(snapshot) => Driven::Suspended {
-                snapshot: Box::new(snapshot),
-                memory_bytes,
-                reason,
-                output,
-            },
-            Err(e) => Driven::done(CodeModeResult::failure(
-                ErrorCode::SnapshotRestoreFailed,
-                format!("the parked cell could not be unpacked: {e}"),
-                Telemetry::default(),
-            )),
+        let driven = match how {
+            End::Aborted => {
+                state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
+                Driven::done(aborted_failure())
+            }
+            End::Suspend(reason) => {
+                for done in arrived {
+                    let settled = settlement(&ctx, &mut state, done);
+                    state.carried.push_back(settled);
+                }
+                match vm.into_snapshot() {
+                    Ok(snapshot) => Driven::Suspended {
+                        snapshot: Box::new(snapshot),
+                        memory_bytes,
+                        reason,
+                        output,
+                    },
+                    Err(e) => Driven::done(CodeModeResult::failure(
+                        ErrorCode::SnapshotRestoreFailed,
+                        format!("the parked cell could not be unpacked: {e}"),
+                        Telemetry::default(),
+                    )),
+                }
+            }
         };
         finish(
             &ctx,
@@ -294,29 +308,12 @@ impl Parked {
             &mut events,
         )
     }
+}
 
-    /// The scope was aborted or the call cancelled while the cell was
-    /// parked: its calls are cancelled and nothing more runs.
-    fn abort(self: Box<Self>) -> CodeModeResult {
-        let Parked {
-            ctx,
-            resumed,
-            mut state,
-            mut events,
-            started,
-            ..
-        } = *self;
-        state.info.cancelled += state.calls.cancel_all(Cancel::Aborted) as u32;
-        let driven = Driven::done(aborted_failure());
-        finish(
-            &ctx,
-            resumed.as_deref(),
-            driven,
-            state,
-            started,
-            &mut events,
-        )
-    }
+/// How a parked cell's exec or wait ends without resuming it.
+enum End {
+    Aborted,
+    Suspend(WaitReason),
 }
 
 /// Runs blocking work (store I/O, packing) without stalling the async
