@@ -404,10 +404,7 @@ mod tests {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        format!("http://{addr}/hook")
+        format!("{}/hook", serve_on_loopback(app).await)
     }
 
     #[tokio::test]
@@ -501,6 +498,11 @@ mod tests {
                 "/whole",
                 axum::routing::post(move || async move { padded() }),
             );
+        serve_on_loopback(app).await
+    }
+
+    /// Serves `app` on a loopback port: its base URL.
+    async fn serve_on_loopback(app: axum::Router) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -767,10 +769,7 @@ mod tests {
                     },
                 ),
             );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        format!("http://{addr}")
+        serve_on_loopback(app).await
     }
 
     #[tokio::test]
