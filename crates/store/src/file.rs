@@ -19,13 +19,18 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 
 use crate::notify::Notifier;
 use crate::{
-    ANY_OWNER, Bounds, Claimed, RunBackend, StoreError, StoreStats, new_instance_id, now_ms,
+    ANY_OWNER, Bounds, Claimed, HeldCall, RunBackend, StoreError, StoreStats, new_instance_id, now_ms,
 };
 
 /// run id → header + record.
 const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
 /// (run id, request id) → outcome.
 const RESULTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("results");
+/// (run id, request id) → what an operator is shown of a call held for
+/// approval, undecided.
+const HELD: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("held");
+/// (run id, request id) → the decision on a held call.
+const DECIDED: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("decided");
 /// run id → when it expired (ms), so a late `wait` hears "expired", not
 /// "unknown"; kept for [`TOMBSTONE_MS`].
 const EXPIRED: TableDefinition<&str, u64> = TableDefinition::new("expired");
@@ -348,6 +353,8 @@ impl FileBackend {
         {
             let runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
             txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
+            txn.open_table(HELD).map_err(|e| self.unavailable(e))?;
+            txn.open_table(DECIDED).map_err(|e| self.unavailable(e))?;
             txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
             let mut meta = txn.open_table(META).map_err(|e| self.unavailable(e))?;
             if meta
@@ -444,6 +451,19 @@ impl FileBackend {
                 .map_err(|e| self.unavailable(e))?;
         }
         drop(results);
+        for kind in [HELD, DECIDED] {
+            let mut table = txn.open_table(kind).map_err(|e| self.unavailable(e))?;
+            let keys: Vec<u32> = self
+                .results_of(&table, run_id)?
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            for key in keys {
+                table
+                    .remove((run_id, key))
+                    .map_err(|e| self.unavailable(e))?;
+            }
+        }
         if let Some(bytes) = removed {
             self.count(txn, -1, bytes, 0)?;
         }
@@ -615,6 +635,90 @@ impl RunBackend for FileBackend {
             let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
             let results = read.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
             let value = results
+                .get((run_id, request_id))
+                .map_err(|e| self.unavailable(e))?;
+            Ok(value.map(|v| v.value().to_vec()))
+        })
+    }
+
+    fn put_held(&self, run_id: &str, request_id: u32, entry: &[u8]) -> Result<(), StoreError> {
+        let txn = self.write()?;
+        {
+            let runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            let decided = txn.open_table(DECIDED).map_err(|e| self.unavailable(e))?;
+            if runs.get(run_id).map_err(|e| self.unavailable(e))?.is_none()
+                || decided
+                    .get((run_id, request_id))
+                    .map_err(|e| self.unavailable(e))?
+                    .is_some()
+            {
+                return Ok(());
+            }
+            txn.open_table(HELD)
+                .map_err(|e| self.unavailable(e))?
+                .insert((run_id, request_id), entry)
+                .map_err(|e| self.unavailable(e))?;
+        }
+        txn.commit().map_err(|e| self.unavailable(e))
+    }
+
+    fn list_held(&self) -> Result<Vec<HeldCall>, StoreError> {
+        self.expire()?;
+        let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
+        let held = read.open_table(HELD).map_err(|e| self.unavailable(e))?;
+        let mut out = Vec::new();
+        for entry in held.iter().map_err(|e| self.unavailable(e))? {
+            let (key, value) = entry.map_err(|e| self.unavailable(e))?;
+            let (run_id, request_id) = key.value();
+            out.push(HeldCall {
+                run_id: run_id.to_owned(),
+                request_id,
+                entry: value.value().to_vec(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn decide_held(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        decision: &[u8],
+    ) -> Result<bool, StoreError> {
+        let txn = self.write()?;
+        {
+            let runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            if runs.get(run_id).map_err(|e| self.unavailable(e))?.is_none() {
+                return Ok(false);
+            }
+            let mut held = txn.open_table(HELD).map_err(|e| self.unavailable(e))?;
+            if held
+                .remove((run_id, request_id))
+                .map_err(|e| self.unavailable(e))?
+                .is_none()
+            {
+                return Ok(false);
+            }
+            txn.open_table(DECIDED)
+                .map_err(|e| self.unavailable(e))?
+                .insert((run_id, request_id), decision)
+                .map_err(|e| self.unavailable(e))?;
+        }
+        txn.commit().map_err(|e| self.unavailable(e))?;
+        self.notifier.notify(run_id);
+        Ok(true)
+    }
+
+    fn await_decision(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.notifier.wait_for(run_id, timeout, RECHECK, || {
+            let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
+            let decided = read.open_table(DECIDED).map_err(|e| self.unavailable(e))?;
+            let value = decided
                 .get((run_id, request_id))
                 .map_err(|e| self.unavailable(e))?;
             Ok(value.map(|v| v.value().to_vec()))

@@ -134,6 +134,18 @@ pub struct Claimed {
     pub results: Vec<(u32, Vec<u8>)>,
 }
 
+/// A nested call held for a human's approval, as every process sharing
+/// the store lists it ([`RunBackend::list_held`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldCall {
+    /// The waiting run.
+    pub run_id: String,
+    /// The call's request id in that run.
+    pub request_id: u32,
+    /// What the runtime wrote ([`RunBackend::put_held`]): opaque here.
+    pub entry: Vec<u8>,
+}
+
 /// What a store holds, for operators (`codemode status`, metrics).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreStats {
@@ -247,6 +259,45 @@ pub trait RunBackend: Send + Sync {
     /// # Errors
     /// `Unavailable`.
     fn await_result(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Lists call `request_id` of the stored run `run_id` as held for
+    /// approval (`entry`: what an operator is shown), so that every process
+    /// sharing the store lists it and may decide it. Replaces the entry of
+    /// the same call; a call decided already stays decided; nothing is
+    /// listed for a run the store does not have. The entry leaves the
+    /// store with its run.
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn put_held(&self, run_id: &str, request_id: u32, entry: &[u8]) -> Result<(), StoreError>;
+
+    /// The held calls not yet decided, of runs the store still has.
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn list_held(&self) -> Result<Vec<HeldCall>, StoreError>;
+
+    /// Decides a held call: the first decision wins, is kept with the run
+    /// and wakes whoever waits in [`RunBackend::await_decision`] (in any
+    /// process). `Ok(false)` when the call is not held undecided (decided
+    /// already, never listed, or its run left the store).
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn decide_held(&self, run_id: &str, request_id: u32, decision: &[u8])
+    -> Result<bool, StoreError>;
+
+    /// Blocks until the decision on held call `request_id` of `run_id` is
+    /// stored, or `timeout` passes (`Ok(None)`).
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn await_decision(
         &self,
         run_id: &str,
         request_id: u32,

@@ -16,7 +16,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::{ANY_OWNER, Bounds, Claimed, RunBackend, StoreError, StoreStats, new_instance_id};
+use crate::{
+    ANY_OWNER, Bounds, Claimed, HeldCall, RunBackend, StoreError, StoreStats, new_instance_id,
+};
 
 /// How many expired run ids are remembered (so a late `wait` hears
 /// "expired", not "unknown"), and for how long.
@@ -55,6 +57,10 @@ struct Entry {
     /// The instance resuming it, if claimed.
     resuming: Option<String>,
     results: HashMap<u32, Vec<u8>>,
+    /// Calls held for approval, undecided: request id → entry.
+    held: HashMap<u32, Vec<u8>>,
+    /// Decisions on held calls: request id → decision.
+    decided: HashMap<u32, Vec<u8>>,
 }
 
 impl Entry {
@@ -121,6 +127,32 @@ impl MemoryBackend {
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.shared)
     }
+
+    /// Waits until `find` finds something (a result or a decision is
+    /// stored), or `timeout` passes.
+    fn wait_for(
+        &self,
+        timeout: Duration,
+        find: impl Fn(&State) -> Option<Vec<u8>>,
+    ) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.lock();
+        loop {
+            if let Some(bytes) = find(&state) {
+                return Some(bytes);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            state = self
+                .shared
+                .arrived
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
@@ -179,10 +211,10 @@ impl RunBackend for MemoryBackend {
                 needed: size.saturating_sub(before.unwrap_or(0)),
             });
         }
-        let results = state
+        let (results, held, decided) = state
             .runs
             .remove(run_id)
-            .map(|e| e.results)
+            .map(|e| (e.results, e.held, e.decided))
             .unwrap_or_default();
         state.bytes = after;
         state.runs.insert(
@@ -194,6 +226,8 @@ impl RunBackend for MemoryBackend {
                 expires: now + ttl,
                 resuming: None,
                 results,
+                held,
+                decided,
             },
         );
         Ok(previous + 1)
@@ -268,27 +302,63 @@ impl RunBackend for MemoryBackend {
         request_id: u32,
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let deadline = Instant::now() + timeout;
-        let mut state = self.lock();
-        loop {
-            let found = state
-                .runs
-                .get(run_id)
-                .and_then(|e| e.results.get(&request_id));
-            if let Some(bytes) = found {
-                return Ok(Some(bytes.clone()));
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            state = self
-                .shared
-                .arrived
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+        Ok(self.wait_for(timeout, |state| {
+            state.runs.get(run_id)?.results.get(&request_id).cloned()
+        }))
+    }
+
+    fn put_held(&self, run_id: &str, request_id: u32, entry: &[u8]) -> Result<(), StoreError> {
+        if let Some(run) = self.lock().runs.get_mut(run_id)
+            && !run.decided.contains_key(&request_id)
+        {
+            run.held.insert(request_id, entry.to_vec());
         }
+        Ok(())
+    }
+
+    fn list_held(&self) -> Result<Vec<HeldCall>, StoreError> {
+        let mut state = self.lock();
+        state.expire(Instant::now());
+        Ok(state
+            .runs
+            .iter()
+            .flat_map(|(run_id, run)| {
+                run.held.iter().map(|(request_id, entry)| HeldCall {
+                    run_id: run_id.clone(),
+                    request_id: *request_id,
+                    entry: entry.clone(),
+                })
+            })
+            .collect())
+    }
+
+    fn decide_held(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        decision: &[u8],
+    ) -> Result<bool, StoreError> {
+        let mut state = self.lock();
+        let Some(run) = state.runs.get_mut(run_id) else {
+            return Ok(false);
+        };
+        if run.held.remove(&request_id).is_none() {
+            return Ok(false);
+        }
+        run.decided.insert(request_id, decision.to_vec());
+        self.shared.arrived.notify_all();
+        Ok(true)
+    }
+
+    fn await_decision(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.wait_for(timeout, |state| {
+            state.runs.get(run_id)?.decided.get(&request_id).cloned()
+        }))
     }
 
     fn instance_alive(&self, instance: &str) -> bool {

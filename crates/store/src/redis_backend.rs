@@ -6,6 +6,10 @@
 //!   (`waiting`/`resuming`), `inst` (who stored or claimed it), `gen`;
 //!   expires with the run (PEXPIRE), like its results;
 //! - `codemode:res:{id}` hash: request id → outcome;
+//! - `codemode:held:{id}` hash: `h<request id>` → a call held for
+//!   approval, undecided; `d<request id>` → its decision; expires with
+//!   the run; `codemode:held` set: the runs that may have held calls
+//!   (pruned as they go);
 //! - `codemode:runs` sorted set: id by expiry (ms), and `codemode:size`
 //!   hash / `codemode:bytes` counter: the bounds over all replicas;
 //! - `codemode:expired:{id}`: a tombstone, so a late `wait` hears
@@ -24,7 +28,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::notify::Notifier;
-use crate::{Bounds, Claimed, RunBackend, StoreError, StoreStats, new_instance_id, now_ms};
+use crate::{Bounds, Claimed, HeldCall, RunBackend, StoreError, StoreStats, new_instance_id, now_ms};
 
 /// How long a process's heartbeat lives; it is renewed every third of it.
 const HEARTBEAT_MS: u64 = 3_000;
@@ -45,7 +49,8 @@ for _, old in ipairs(gone) do
   if size then redis.call('DECRBY', 'codemode:bytes', size) end
   redis.call('HDEL', 'codemode:size', old)
   redis.call('ZREM', 'codemode:runs', old)
-  redis.call('DEL', 'codemode:run:' .. old, 'codemode:res:' .. old)
+  redis.call('DEL', 'codemode:run:' .. old, 'codemode:res:' .. old, 'codemode:held:' .. old)
+  redis.call('SREM', 'codemode:held', old)
   redis.call('SET', 'codemode:expired:' .. old, '1', 'PX', tomb)
 end
 "
@@ -128,8 +133,57 @@ local size = redis.call('HGET', 'codemode:size', id)
 if size then redis.call('DECRBY', 'codemode:bytes', size) end
 redis.call('HDEL', 'codemode:size', id)
 redis.call('ZREM', 'codemode:runs', id)
-redis.call('DEL', 'codemode:run:' .. id, 'codemode:res:' .. id)
+redis.call('DEL', 'codemode:run:' .. id, 'codemode:res:' .. id, 'codemode:held:' .. id)
+redis.call('SREM', 'codemode:held', id)
 return 1
+";
+
+/// ARGV: id, request id, entry. Lists the call while the run exists and
+/// the call is not decided.
+const PUT_HELD_LUA: &str = r"
+local id = ARGV[1]
+local ttl = redis.call('PTTL', 'codemode:run:' .. id)
+if ttl < 0 then return 0 end
+local key = 'codemode:held:' .. id
+if redis.call('HEXISTS', key, 'd' .. ARGV[2]) == 1 then return 0 end
+redis.call('HSET', key, 'h' .. ARGV[2], ARGV[3])
+redis.call('PEXPIRE', key, ttl)
+redis.call('SADD', 'codemode:held', id)
+return 1
+";
+
+/// ARGV: id, request id, decision. The first decision wins and tells
+/// every process. Returns 1 when this one won.
+const DECIDE_HELD_LUA: &str = r"
+local id = ARGV[1]
+if redis.call('EXISTS', 'codemode:run:' .. id) == 0 then return 0 end
+local key = 'codemode:held:' .. id
+if redis.call('HDEL', key, 'h' .. ARGV[2]) == 0 then return 0 end
+redis.call('HSET', key, 'd' .. ARGV[2], ARGV[3])
+redis.call('PUBLISH', 'codemode:done:' .. id, 'd' .. ARGV[2])
+return 1
+";
+
+/// Returns {id, request id, entry, ...} of every undecided held call of a
+/// run that still exists; forgets runs that are gone.
+const LIST_HELD_LUA: &str = r"
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', 'codemode:held')) do
+  if redis.call('EXISTS', 'codemode:run:' .. id) == 0 then
+    redis.call('SREM', 'codemode:held', id)
+    redis.call('DEL', 'codemode:held:' .. id)
+  else
+    local fields = redis.call('HGETALL', 'codemode:held:' .. id)
+    for i = 1, #fields, 2 do
+      if string.sub(fields[i], 1, 1) == 'h' then
+        table.insert(out, id)
+        table.insert(out, string.sub(fields[i], 2))
+        table.insert(out, fields[i + 1])
+      end
+    end
+  end
+end
+return out
 ";
 
 /// ARGV: id, request id, outcome. Stores it only while the run exists,
@@ -179,6 +233,9 @@ struct Scripts {
     remove: redis::Script,
     result: redis::Script,
     stats: redis::Script,
+    put_held: redis::Script,
+    decide_held: redis::Script,
+    list_held: redis::Script,
 }
 
 /// `redis://user:secret@host:6379/0` → `redis://host:6379/0`.
@@ -234,6 +291,9 @@ impl RedisBackend {
                 remove: redis::Script::new(REMOVE_LUA),
                 result: redis::Script::new(RESULT_LUA),
                 stats: redis::Script::new(STATS_LUA),
+                put_held: redis::Script::new(PUT_HELD_LUA),
+                decide_held: redis::Script::new(DECIDE_HELD_LUA),
+                list_held: redis::Script::new(LIST_HELD_LUA),
             },
         };
         backend.heartbeat()?;
@@ -556,6 +616,71 @@ impl RunBackend for RedisBackend {
         self.notifier
             .wait_for(run_id, timeout, Duration::from_secs(1), || {
                 self.read_result(run_id, request_id)
+            })
+    }
+
+    fn put_held(&self, run_id: &str, request_id: u32, entry: &[u8]) -> Result<(), StoreError> {
+        self.with(|con| {
+            self.scripts
+                .put_held
+                .arg(run_id)
+                .arg(request_id)
+                .arg(entry)
+                .invoke::<()>(con)
+        })
+    }
+
+    fn list_held(&self) -> Result<Vec<HeldCall>, StoreError> {
+        let reply: Vec<Value> = self.with(|con| self.scripts.list_held.invoke(con))?;
+        Ok(reply
+            .chunks(3)
+            .filter_map(|triple| match triple {
+                [run_id, request_id, Value::BulkString(entry)] => Some(HeldCall {
+                    run_id: text(run_id)?,
+                    request_id: text(request_id)?.parse().ok()?,
+                    entry: entry.clone(),
+                }),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn decide_held(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        decision: &[u8],
+    ) -> Result<bool, StoreError> {
+        let won: i64 = self.with(|con| {
+            self.scripts
+                .decide_held
+                .arg(run_id)
+                .arg(request_id)
+                .arg(decision)
+                .invoke(con)
+        })?;
+        if won == 1 {
+            self.notifier.notify(run_id);
+        }
+        Ok(won == 1)
+    }
+
+    fn await_decision(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = format!("codemode:held:{run_id}");
+        let field = format!("d{request_id}");
+        self.notifier
+            .wait_for(run_id, timeout, Duration::from_secs(1), || {
+                self.with(|con| {
+                    redis::cmd("HGET")
+                        .arg(&key)
+                        .arg(&field)
+                        .query::<Option<Vec<u8>>>(con)
+                })
             })
     }
 

@@ -485,3 +485,73 @@ fn the_memory_store_keeps_no_run_beyond_its_process() {
     let opened = codemode_store::open("memory").expect("opens");
     assert_eq!(opened.describe(), "memory");
 }
+
+/// Approvals outlive a process and reach every replica: a held call is
+/// listed by every process on the store, the first decision wins and wakes
+/// whoever awaits it elsewhere, a decided call cannot be listed again, and
+/// held calls leave with their run.
+#[test]
+fn held_calls_are_listed_everywhere_and_decided_once() {
+    each_backend(|place| {
+        let a = place.open();
+        let b = place.open();
+        a.put("run_h", "o", b"rec", TTL, BOUNDS).expect("put");
+        a.put_held("run_h", 4, b"{\"call\":4}").expect("held");
+        a.put_held("run_h", 5, b"{\"call\":5}").expect("held");
+        // Nothing is listed for a run the store does not have.
+        a.put_held("run_none", 1, b"x").expect("ignored");
+        let mut listed: Vec<(String, u32, Vec<u8>)> = b
+            .list_held()
+            .expect("lists")
+            .into_iter()
+            .map(|h| (h.run_id, h.request_id, h.entry))
+            .collect();
+        listed.sort();
+        assert_eq!(
+            listed,
+            vec![
+                ("run_h".into(), 4, b"{\"call\":4}".to_vec()),
+                ("run_h".into(), 5, b"{\"call\":5}".to_vec()),
+            ]
+        );
+        let waiter = {
+            let a = Arc::clone(&a);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                (
+                    a.await_decision("run_h", 4, Duration::from_secs(20)),
+                    started.elapsed(),
+                )
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(b.decide_held("run_h", 4, b"approve"), Ok(true));
+        // The first decision wins, on whichever process it is made.
+        assert_eq!(a.decide_held("run_h", 4, b"deny"), Ok(false));
+        let (got, took) = waiter.join().expect("joins");
+        assert_eq!(got, Ok(Some(b"approve".to_vec())));
+        assert!(took < Duration::from_secs(5), "woken: {took:?}");
+        // Listing it again does not make a decided call undecided.
+        a.put_held("run_h", 4, b"{\"call\":4}").expect("ignored");
+        let left: Vec<u32> = b
+            .list_held()
+            .expect("lists")
+            .iter()
+            .map(|h| h.request_id)
+            .collect();
+        assert_eq!(left, vec![5]);
+        assert_eq!(
+            a.await_decision("run_h", 5, Duration::from_millis(50)),
+            Ok(None)
+        );
+        // A run's held calls and decisions leave the store with it.
+        a.remove("run_h").expect("removed");
+        assert_eq!(b.list_held(), Ok(Vec::new()));
+        assert_eq!(b.decide_held("run_h", 5, b"approve"), Ok(false));
+        assert_eq!(
+            b.await_decision("run_h", 4, Duration::ZERO),
+            Ok(None),
+            "the decision left with the run"
+        );
+    });
+}
