@@ -78,7 +78,16 @@ async fn list(State(admin): State<Admin>, headers: HeaderMap) -> Response {
     if !authorized(&admin, &headers) {
         return unauthorized();
     }
-    Json(json!({ "pending": admin.runtime.pending_approvals() })).into_response()
+    // The run store may be read (held calls of every replica): off the
+    // async workers.
+    let runtime = admin.runtime.clone();
+    match tokio::task::spawn_blocking(move || runtime.pending_approvals()).await {
+        Ok(pending) => Json(json!({ "pending": pending })).into_response(),
+        Err(_) => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "listing the calls awaiting approval failed",
+        ),
+    }
 }
 
 /// `{runId, callId}` of a decision request.
@@ -126,12 +135,24 @@ async fn decide(
                 ),
         }
     };
-    match admin.runtime.decide_approval(run_id, call_id, decision) {
-        Ok(()) => {
+    let runtime = admin.runtime.clone();
+    let (run, call) = (run_id.to_owned(), call_id.to_owned());
+    // The decision may be written to the run store: off the async workers.
+    let decided =
+        tokio::task::spawn_blocking(move || runtime.decide_approval(&run, &call, decision)).await;
+    match decided {
+        Ok(Ok(())) => {
             info!(%run_id, %call_id, approve, "operator decided a call");
             Json(json!({ "decided": true, "runId": run_id, "callId": call_id })).into_response()
         }
-        Err(e) => problem(StatusCode::NOT_FOUND, e.to_string()),
+        Ok(Err(e @ codemode_runtime::ApprovalError::Store { .. })) => {
+            problem(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+        Ok(Err(e)) => problem(StatusCode::NOT_FOUND, e.to_string()),
+        Err(_) => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "deciding the call failed; list the calls again to see whether it was decided",
+        ),
     }
 }
 

@@ -84,6 +84,11 @@ impl CodeModeRuntime {
             Some(store) => Arc::clone(&store.0),
             None => Arc::new(codemode_store::MemoryBackend::new()),
         };
+        // Held calls are listed in a store other processes (or this one
+        // after a restart) read; a memory store only has this process's.
+        let approvals = crate::control::ApprovalRegistry::new(
+            backend.outlives_process().then(|| Arc::clone(&backend)),
+        );
         let inner = Arc::new_cyclic(|weak: &Weak<Host>| Host {
             config,
             sandbox,
@@ -112,7 +117,7 @@ impl CodeModeRuntime {
                 weak.clone() as Weak<dyn ScopeEnd>,
             )),
             empty_catalog: Arc::new(Catalog::empty()),
-            approvals: Arc::default(),
+            approvals: Arc::new(approvals),
             namespaces: crate::catalog::namespaces::NamespaceRegistry::default(),
         });
         start_reaper(Arc::downgrade(&inner));

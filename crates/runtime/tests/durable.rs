@@ -6,7 +6,9 @@
 //! share runs (a call still running on the first is delivered on the
 //! second), ownership and TTL hold across processes, records of another
 //! guest build are refused, and an unreachable store fails the suspension
-//! with `runtime_busy`.
+//! with `runtime_busy`, and calls held for approval outlive their process
+//! (listed and decided on every process, asked again after a restart,
+//! never `interrupted` when they never started).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
@@ -17,7 +19,9 @@ use std::time::Duration;
 
 use codemode_runtime::codemode_store::testing::RedisServer;
 use codemode_runtime::codemode_store::{self, RunBackend};
-use codemode_runtime::{CodeModeRuntime, DurableStore, RuntimeOptions, ToolPolicy, ToolSource};
+use codemode_runtime::{
+    ApprovalDecision, CodeModeRuntime, DurableStore, RuntimeOptions, ToolPolicy, ToolSource,
+};
 use common::{Behaviour, Scripted, context, exec, runtime_with, session_in, tool, wait};
 use serde_json::{Value, json};
 
@@ -31,6 +35,7 @@ fn tools() -> Vec<codemode_runtime::ToolDefinition> {
         tool(ToolSource::Client, "app", "slow", "Answers after a while"),
         tool(ToolSource::Client, "app", "later", "Answers after 600 ms"),
         tool(ToolSource::Openclaw, "core", "echo", "Echo"),
+        tool(ToolSource::Client, "app", "remove", "Deletes things").with_approval(true),
     ]
 }
 
@@ -45,6 +50,7 @@ fn executor(slow: Duration) -> Scripted {
             Behaviour::Delay(Duration::from_millis(600), json!({"later": "done"})),
         )
         .with("openclaw:core:echo", Behaviour::Echo)
+        .with("client:app:remove", Behaviour::Echo)
 }
 
 /// Where the runs are kept: a file store's path, or a Redis server.
@@ -508,4 +514,128 @@ async fn a_memory_store_run_resumes_only_from_the_live_copy_of_its_process() {
             .contains("only as the live copy of the process that suspended it"),
         "{elsewhere}"
     );
+}
+
+/// A cell whose only call needs approval; it returns the call's value or
+/// the code it failed with.
+const HELD: &str = r#"
+    try { return await tools.remove({ path: "/tmp/x" }); }
+    catch (e) { return "caught " + e.code + ": " + e.message; }
+"#;
+
+/// The run id and call id of a `waiting` result held for approval.
+fn held_ids(result: &Value) -> (String, String) {
+    assert_eq!(result["status"], "waiting", "{result}");
+    assert_eq!(result["reason"], "approval", "{result}");
+    let call = &result["pendingToolCalls"][0];
+    assert_eq!(call["awaitingApproval"], true, "{result}");
+    (
+        result["runId"].as_str().unwrap().to_owned(),
+        call["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn listed(runtime: &CodeModeRuntime, run_id: &str) -> Vec<String> {
+    runtime
+        .pending_approvals()
+        .into_iter()
+        .filter(|p| p.run_id.as_deref() == Some(run_id))
+        .map(|p| p.call_id)
+        .collect()
+}
+
+/// Approvals outlive their process: after a restart the held call is
+/// listed, its run waits for approval again (it never started, so it is
+/// not `interrupted`), and once approved it runs once, in the new process.
+/// A call denied while no process held it is denied when its run resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_call_outlives_its_process_and_is_decided_after_a_restart() {
+    each_place(async |place| {
+        let first = place.runtime(CONFIG);
+        let calls_before = executor(Duration::from_secs(60));
+        let s = session_of(&first, "alice", calls_before.clone());
+        let (approved_run, approved_call) = held_ids(&exec(&s, HELD).await);
+        let (denied_run, denied_call) = held_ids(&exec(&s, HELD).await);
+        drop(s);
+        die(first);
+
+        let second = place.runtime(PATIENT);
+        // Listed from the store before any wait brought the runs back.
+        assert_eq!(listed(&second, &approved_run), vec![approved_call.clone()]);
+        assert_eq!(listed(&second, &denied_run), vec![denied_call.clone()]);
+        second
+            .decide_approval(
+                &denied_run,
+                &denied_call,
+                ApprovalDecision::Deny {
+                    reason: "not today".into(),
+                },
+            )
+            .unwrap();
+        assert!(listed(&second, &denied_run).is_empty());
+        let calls_after = executor(Duration::from_secs(60));
+        let s = session_of(&second, "alice", calls_after.clone());
+        // Held again here, and asked again: still waiting for approval.
+        let again = wait(&s, &json!(approved_run)).await;
+        assert_eq!(
+            held_ids(&again),
+            (approved_run.clone(), approved_call.clone())
+        );
+        assert_eq!(listed(&second, &approved_run), vec![approved_call.clone()]);
+        second
+            .decide_approval(&approved_run, &approved_call, ApprovalDecision::Approve)
+            .unwrap();
+        let done = wait(&s, &json!(approved_run)).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["value"], json!({"path": "/tmp/x"}), "{done}");
+        let denied = wait(&s, &json!(denied_run)).await;
+        assert_eq!(denied["status"], "completed", "{denied}");
+        let value = denied["value"].as_str().unwrap();
+        assert!(
+            value.starts_with("caught approval_denied: ") && value.contains("not today"),
+            "{value}"
+        );
+        assert_eq!(
+            (calls_before.call_count(), calls_after.call_count()),
+            (0, 1),
+            "the approved call ran once, in the new process; the denied one never"
+        );
+        assert!(second.pending_approvals().is_empty());
+    })
+    .await;
+}
+
+/// A call held by one live process is listed and decided on another that
+/// shares the store; the holder runs it, and the other delivers its result.
+/// The first decision wins everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_call_is_decided_on_another_replica_and_runs_on_its_holder() {
+    each_place(async |place| {
+        let a = place.runtime(CONFIG);
+        let b = place.runtime(PATIENT);
+        let calls_a = executor(Duration::from_secs(60));
+        let calls_b = executor(Duration::from_secs(60));
+        let sa = session_of(&a, "alice", calls_a.clone());
+        let sb = session_of(&b, "alice", calls_b.clone());
+        let (run_id, call_id) = held_ids(&exec(&sa, HELD).await);
+        assert_eq!(listed(&b, &run_id), vec![call_id.clone()]);
+        b.decide_approval(&run_id, &call_id, ApprovalDecision::Approve)
+            .unwrap();
+        // Decided once: neither process can decide it again.
+        let again = a.decide_approval(
+            &run_id,
+            &call_id,
+            ApprovalDecision::Deny {
+                reason: "too late".into(),
+            },
+        );
+        assert!(again.is_err(), "{again:?}");
+        common::eventually("the holder ran the call", || calls_a.call_count() == 1).await;
+        let done = wait(&sb, &json!(run_id)).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["value"], json!({"path": "/tmp/x"}), "{done}");
+        assert_eq!((calls_a.call_count(), calls_b.call_count()), (1, 0));
+        assert!(a.pending_approvals().is_empty() && b.pending_approvals().is_empty());
+    })
+    .await;
 }

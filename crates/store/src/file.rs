@@ -19,7 +19,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 
 use crate::notify::Notifier;
 use crate::{
-    ANY_OWNER, Bounds, Claimed, HeldCall, RunBackend, StoreError, StoreStats, new_instance_id, now_ms,
+    ANY_OWNER, Bounds, Claimed, HeldCall, RunBackend, StoreError, StoreStats, new_instance_id,
+    now_ms,
 };
 
 /// run id → header + record.
@@ -31,6 +32,8 @@ const RESULTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("resul
 const HELD: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("held");
 /// (run id, request id) → the decision on a held call.
 const DECIDED: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("decided");
+/// (run id, request id) → the instance that started a decided held call.
+const STARTED: TableDefinition<(&str, u32), &str> = TableDefinition::new("started");
 /// run id → when it expired (ms), so a late `wait` hears "expired", not
 /// "unknown"; kept for [`TOMBSTONE_MS`].
 const EXPIRED: TableDefinition<&str, u64> = TableDefinition::new("expired");
@@ -355,6 +358,7 @@ impl FileBackend {
             txn.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
             txn.open_table(HELD).map_err(|e| self.unavailable(e))?;
             txn.open_table(DECIDED).map_err(|e| self.unavailable(e))?;
+            txn.open_table(STARTED).map_err(|e| self.unavailable(e))?;
             txn.open_table(EXPIRED).map_err(|e| self.unavailable(e))?;
             let mut meta = txn.open_table(META).map_err(|e| self.unavailable(e))?;
             if meta
@@ -464,6 +468,19 @@ impl FileBackend {
                     .map_err(|e| self.unavailable(e))?;
             }
         }
+        let mut started = txn.open_table(STARTED).map_err(|e| self.unavailable(e))?;
+        let keys: Vec<u32> = started
+            .range((run_id, 0)..=(run_id, u32::MAX))
+            .map_err(|e| self.unavailable(e))?
+            .filter_map(Result::ok)
+            .map(|(k, _)| k.value().1)
+            .collect();
+        for key in keys {
+            started
+                .remove((run_id, key))
+                .map_err(|e| self.unavailable(e))?;
+        }
+        drop(started);
         if let Some(bytes) = removed {
             self.count(txn, -1, bytes, 0)?;
         }
@@ -707,6 +724,32 @@ impl RunBackend for FileBackend {
         txn.commit().map_err(|e| self.unavailable(e))?;
         self.notifier.notify(run_id);
         Ok(true)
+    }
+
+    fn start_held(&self, run_id: &str, request_id: u32) -> Result<Option<String>, StoreError> {
+        let txn = self.write()?;
+        let starter = {
+            let runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
+            if runs.get(run_id).map_err(|e| self.unavailable(e))?.is_none() {
+                return Ok(None);
+            }
+            let mut started = txn.open_table(STARTED).map_err(|e| self.unavailable(e))?;
+            let before = started
+                .get((run_id, request_id))
+                .map_err(|e| self.unavailable(e))?
+                .map(|v| v.value().to_owned());
+            match before {
+                Some(instance) => instance,
+                None => {
+                    started
+                        .insert((run_id, request_id), self.instance.as_str())
+                        .map_err(|e| self.unavailable(e))?;
+                    self.instance.clone()
+                }
+            }
+        };
+        txn.commit().map_err(|e| self.unavailable(e))?;
+        Ok(Some(starter))
     }
 
     fn await_decision(

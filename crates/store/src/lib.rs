@@ -289,8 +289,23 @@ pub trait RunBackend: Send + Sync {
     ///
     /// # Errors
     /// `Unavailable`.
-    fn decide_held(&self, run_id: &str, request_id: u32, decision: &[u8])
-    -> Result<bool, StoreError>;
+    fn decide_held(
+        &self,
+        run_id: &str,
+        request_id: u32,
+        decision: &[u8],
+    ) -> Result<bool, StoreError>;
+
+    /// Marks decided held call `request_id` of `run_id` as started by this
+    /// process, unless a process did already: a call runs at most once,
+    /// and whoever resumes the run after a process died can tell whether
+    /// that process may have started it. Returns the instance that started
+    /// it (this one's when this call marked it); `None` when the store no
+    /// longer has the run.
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    fn start_held(&self, run_id: &str, request_id: u32) -> Result<Option<String>, StoreError>;
 
     /// Blocks until the decision on held call `request_id` of `run_id` is
     /// stored, or `timeout` passes (`Ok(None)`).

@@ -61,6 +61,8 @@ struct Entry {
     held: HashMap<u32, Vec<u8>>,
     /// Decisions on held calls: request id → decision.
     decided: HashMap<u32, Vec<u8>>,
+    /// Decided held calls started: request id → the instance.
+    started: HashMap<u32, String>,
 }
 
 impl Entry {
@@ -211,10 +213,10 @@ impl RunBackend for MemoryBackend {
                 needed: size.saturating_sub(before.unwrap_or(0)),
             });
         }
-        let (results, held, decided) = state
+        let (results, held, decided, started) = state
             .runs
             .remove(run_id)
-            .map(|e| (e.results, e.held, e.decided))
+            .map(|e| (e.results, e.held, e.decided, e.started))
             .unwrap_or_default();
         state.bytes = after;
         state.runs.insert(
@@ -228,6 +230,7 @@ impl RunBackend for MemoryBackend {
                 results,
                 held,
                 decided,
+                started,
             },
         );
         Ok(previous + 1)
@@ -348,6 +351,15 @@ impl RunBackend for MemoryBackend {
         run.decided.insert(request_id, decision.to_vec());
         self.shared.arrived.notify_all();
         Ok(true)
+    }
+
+    fn start_held(&self, run_id: &str, request_id: u32) -> Result<Option<String>, StoreError> {
+        Ok(self.lock().runs.get_mut(run_id).map(|run| {
+            run.started
+                .entry(request_id)
+                .or_insert_with(|| self.instance.clone())
+                .clone()
+        }))
     }
 
     fn await_decision(

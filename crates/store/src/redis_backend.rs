@@ -7,7 +7,8 @@
 //!   expires with the run (PEXPIRE), like its results;
 //! - `codemode:res:{id}` hash: request id → outcome;
 //! - `codemode:held:{id}` hash: `h<request id>` → a call held for
-//!   approval, undecided; `d<request id>` → its decision; expires with
+//!   approval, undecided; `d<request id>` → its decision; `s<request id>`
+//!   → the instance that started it once approved; expires with
 //!   the run; `codemode:held` set: the runs that may have held calls
 //!   (pruned as they go);
 //! - `codemode:runs` sorted set: id by expiry (ms), and `codemode:size`
@@ -28,7 +29,9 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::notify::Notifier;
-use crate::{Bounds, Claimed, HeldCall, RunBackend, StoreError, StoreStats, new_instance_id, now_ms};
+use crate::{
+    Bounds, Claimed, HeldCall, RunBackend, StoreError, StoreStats, new_instance_id, now_ms,
+};
 
 /// How long a process's heartbeat lives; it is renewed every third of it.
 const HEARTBEAT_MS: u64 = 3_000;
@@ -164,6 +167,16 @@ redis.call('PUBLISH', 'codemode:done:' .. id, 'd' .. ARGV[2])
 return 1
 ";
 
+/// ARGV: id, request id, instance. Returns the instance that started the
+/// call (this one when it marks it), or false when the run is gone.
+const START_HELD_LUA: &str = r"
+local id = ARGV[1]
+if redis.call('EXISTS', 'codemode:run:' .. id) == 0 then return false end
+local key = 'codemode:held:' .. id
+redis.call('HSETNX', key, 's' .. ARGV[2], ARGV[3])
+return redis.call('HGET', key, 's' .. ARGV[2])
+";
+
 /// Returns {id, request id, entry, ...} of every undecided held call of a
 /// run that still exists; forgets runs that are gone.
 const LIST_HELD_LUA: &str = r"
@@ -235,6 +248,7 @@ struct Scripts {
     stats: redis::Script,
     put_held: redis::Script,
     decide_held: redis::Script,
+    start_held: redis::Script,
     list_held: redis::Script,
 }
 
@@ -293,6 +307,7 @@ impl RedisBackend {
                 stats: redis::Script::new(STATS_LUA),
                 put_held: redis::Script::new(PUT_HELD_LUA),
                 decide_held: redis::Script::new(DECIDE_HELD_LUA),
+                start_held: redis::Script::new(START_HELD_LUA),
                 list_held: redis::Script::new(LIST_HELD_LUA),
             },
         };
@@ -663,6 +678,17 @@ impl RunBackend for RedisBackend {
             self.notifier.notify(run_id);
         }
         Ok(won == 1)
+    }
+
+    fn start_held(&self, run_id: &str, request_id: u32) -> Result<Option<String>, StoreError> {
+        self.with(|con| {
+            self.scripts
+                .start_held
+                .arg(run_id)
+                .arg(request_id)
+                .arg(&self.instance)
+                .invoke::<Option<String>>(con)
+        })
     }
 
     fn await_decision(

@@ -531,6 +531,10 @@ fn held_calls_are_listed_everywhere_and_decided_once() {
         let (got, took) = waiter.join().expect("joins");
         assert_eq!(got, Ok(Some(b"approve".to_vec())));
         assert!(took < Duration::from_secs(5), "woken: {took:?}");
+        // The call starts once, in one process; the other learns which.
+        assert_eq!(b.start_held("run_h", 4), Ok(Some(b.instance().to_owned())));
+        assert_eq!(a.start_held("run_h", 4), Ok(Some(b.instance().to_owned())));
+        assert_eq!(a.start_held("run_none", 4), Ok(None));
         // Listing it again does not make a decided call undecided.
         a.put_held("run_h", 4, b"{\"call\":4}").expect("ignored");
         let left: Vec<u32> = b

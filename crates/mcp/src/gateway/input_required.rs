@@ -24,7 +24,7 @@
 //! run once.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use codemode_runtime::{
@@ -277,24 +277,41 @@ pub(super) fn questions(
 ///
 /// # Errors
 /// A message for the model when the state is not one this gateway wrote.
-pub(super) fn answer(
-    session: &CodeModeSession,
+pub(super) async fn answer(
+    session: &Arc<CodeModeSession>,
     state: &str,
     responses: Option<&InputResponses>,
 ) -> Result<Earlier, String> {
     let earlier = parse_state(state)?;
-    for (call_id, response) in responses.into_iter().flatten() {
-        let decision = match serde_json::from_value::<ElicitResult>(response.clone()) {
-            Ok(result) => crate::approvals::decision_of(&result).0,
-            Err(_) => ApprovalDecision::Deny {
-                reason: "the client's answer to the approval question could not be read".into(),
-            },
-        };
-        info!(run = %earlier.run_id, call = %call_id, ?decision, "approval answered in a request (input_required)");
-        // Decided already, or not this client's: the run's state says so.
-        if let Err(e) = session.decide_as_resumer(&earlier.run_id, call_id, decision) {
-            debug!(error = %e, "approval answer not applied");
+    let decisions: Vec<(String, ApprovalDecision)> = responses
+        .into_iter()
+        .flatten()
+        .map(|(call_id, response)| {
+            let decision = match serde_json::from_value::<ElicitResult>(response.clone()) {
+                Ok(result) => crate::approvals::decision_of(&result).0,
+                Err(_) => ApprovalDecision::Deny {
+                    reason: "the client's answer to the approval question could not be read".into(),
+                },
+            };
+            (call_id.clone(), decision)
+        })
+        .collect();
+    let session = Arc::clone(session);
+    let run_id = earlier.run_id.clone();
+    // A decision on a call held in the run store is written there: off the
+    // async workers.
+    let decided = tokio::task::spawn_blocking(move || {
+        for (call_id, decision) in decisions {
+            info!(run = %run_id, call = %call_id, ?decision, "approval answered in a request (input_required)");
+            // Decided already, or not this client's: the run's state says so.
+            if let Err(e) = session.decide_as_resumer(&run_id, &call_id, decision) {
+                debug!(error = %e, "approval answer not applied");
+            }
         }
+    })
+    .await;
+    if decided.is_err() {
+        debug!("applying approval answers failed");
     }
     Ok(earlier)
 }

@@ -454,14 +454,16 @@ impl GatewaySession {
                 }
                 Some(Err(message)) => return refused(message),
                 // Answers to approval questions: decided, the run goes on.
-                None => match input_required::answer(&self.session, state, answers.as_ref()) {
-                    Ok(earlier) => {
-                        let run = serde_json::json!({ "runId": earlier.run_id() });
-                        let running = self.spawn("wait", work.call_id, run, work.options);
-                        input_required::Conversation::start(running, questions(), Some(earlier))
+                None => {
+                    match input_required::answer(&self.session, state, answers.as_ref()).await {
+                        Ok(earlier) => {
+                            let run = serde_json::json!({ "runId": earlier.run_id() });
+                            let running = self.spawn("wait", work.call_id, run, work.options);
+                            input_required::Conversation::start(running, questions(), Some(earlier))
+                        }
+                        Err(message) => return refused(message),
                     }
-                    Err(message) => return refused(message),
-                },
+                }
             },
         };
         match conversation.next(&self.shared.parked).await {

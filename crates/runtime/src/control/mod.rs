@@ -15,9 +15,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use codemode_store::RunBackend;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::catalog::entry::CatalogEntry;
@@ -182,6 +183,15 @@ pub enum ApprovalError {
         /// The call named.
         call_id: String,
     },
+    /// The call is held in the run store, which could not record the
+    /// decision.
+    #[error(
+        "the decision could not be recorded in the run store ({reason}); nothing was decided: decide again once the store is back"
+    )]
+    Store {
+        /// What the store said.
+        reason: String,
+    },
 }
 
 /// The id a run gets when it first suspends, shared by its gated calls
@@ -191,7 +201,89 @@ pub(crate) type RunTag = Arc<OnceLock<String>>;
 /// Where a gated call is: shared by its future and the drive.
 pub(crate) struct GateState {
     stage: AtomicU8,
-    summary: OnceLock<String>,
+    /// What the call holds for its decision, once it is held.
+    held: OnceLock<HeldInput>,
+    /// Where the call is listed in the run store, once its run waits there.
+    published: OnceLock<Published>,
+    /// Told when `published` is set.
+    on_publish: tokio::sync::Notify,
+}
+
+/// What of a call held for approval is stored with its run, so that
+/// another process can ask again and run it once approved.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HeldInput {
+    /// The input the call runs with (after hooks).
+    pub(crate) input: Value,
+    /// Why it needs approval.
+    pub(crate) reason: String,
+    /// The input as approvers see it.
+    pub(crate) summary: String,
+}
+
+/// A held call listed in a run store every process sharing it can decide
+/// it in ([`RunBackend::put_held`]).
+#[derive(Clone)]
+pub(crate) struct Published {
+    pub(crate) backend: Arc<dyn RunBackend>,
+    pub(crate) run_id: Arc<str>,
+    pub(crate) request_id: u32,
+}
+
+/// What the run store keeps of a held call for whoever lists or decides it.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StoredApproval {
+    pub(crate) call_id: String,
+    pub(crate) tool_id: String,
+    pub(crate) reason: String,
+    pub(crate) input_summary: String,
+    pub(crate) context: RunContext,
+    pub(crate) owner_key: String,
+}
+
+/// A decision as the run store keeps it.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum StoredDecision {
+    Approve,
+    Deny { reason: String },
+}
+
+impl From<&ApprovalDecision> for StoredDecision {
+    fn from(d: &ApprovalDecision) -> StoredDecision {
+        match d {
+            ApprovalDecision::Approve => StoredDecision::Approve,
+            ApprovalDecision::Deny { reason } => StoredDecision::Deny {
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+/// Encodes a decision for the run store.
+fn encode_decision(decision: &ApprovalDecision) -> Vec<u8> {
+    serde_json::to_vec(&StoredDecision::from(decision)).unwrap_or_default()
+}
+
+/// A decision read from the run store; bytes that are no decision deny
+/// (fail closed: nothing starts on a damaged record).
+pub(crate) fn decode_decision(bytes: &[u8]) -> ApprovalDecision {
+    match serde_json::from_slice(bytes) {
+        Ok(StoredDecision::Approve) => ApprovalDecision::Approve,
+        Ok(StoredDecision::Deny { reason }) => ApprovalDecision::Deny { reason },
+        Err(_) => ApprovalDecision::Deny {
+            reason: "the decision stored for this call cannot be read".into(),
+        },
+    }
+}
+
+/// The error a denied call rejects with.
+pub(crate) fn denied_call(tool_id: &str, reason: &str) -> ToolCallError {
+    ToolCallError::denied(format!(
+        "the call of {tool_id} was denied approval: {reason}"
+    ))
 }
 
 const STAGE_GATING: u8 = 0;
@@ -205,8 +297,43 @@ impl GateState {
     pub(crate) fn new() -> Arc<GateState> {
         Arc::new(GateState {
             stage: AtomicU8::new(STAGE_GATING),
-            summary: OnceLock::new(),
+            held: OnceLock::new(),
+            published: OnceLock::new(),
+            on_publish: tokio::sync::Notify::new(),
         })
+    }
+
+    /// A call held for approval when its run was stored, brought back by
+    /// the process that restored the run: listed in the run store already,
+    /// and awaiting a decision from the start.
+    pub(crate) fn held_in_store(published: Published, held: HeldInput) -> Arc<GateState> {
+        let state = GateState::new();
+        let _ = state.held.set(held);
+        state.set(STAGE_AWAITING);
+        state.publish(published);
+        state
+    }
+
+    /// Decided elsewhere (the call runs, here or in another process): no
+    /// longer awaiting approval. `false` when its run cancelled it.
+    pub(crate) fn decided(&self) -> bool {
+        self.try_start()
+    }
+
+    /// The call is listed in the run store: decisions made there reach it.
+    pub(crate) fn publish(&self, published: Published) {
+        if self.published.set(published).is_ok() {
+            self.on_publish.notify_one();
+        }
+    }
+
+    /// What the call holds, once held for approval.
+    pub(crate) fn held(&self) -> Option<&HeldInput> {
+        self.held.get()
+    }
+
+    fn published(&self) -> Option<&Published> {
+        self.published.get()
     }
 
     /// Moves on to `stage`, unless the run cancelled the call (that is final).
@@ -270,7 +397,7 @@ impl GateState {
     }
 
     pub(crate) fn summary(&self) -> Option<String> {
-        self.summary.get().cloned()
+        self.held.get().map(|h| h.summary.clone())
     }
 }
 
@@ -289,13 +416,25 @@ struct Pending {
 }
 
 /// Every call awaiting approval in the process, so that a session (scoped)
-/// or an operator (any scope) can decide it.
+/// or an operator (any scope) can decide it; and, with a run store that
+/// outlives the process, the held calls of every process sharing it.
 #[derive(Default)]
 pub(crate) struct ApprovalRegistry {
     pending: Mutex<HashMap<u64, Pending>>,
+    /// The run store when it outlives the process: held calls of waiting
+    /// runs are listed and decided there too (any replica, any restart).
+    store: Option<Arc<dyn RunBackend>>,
 }
 
 impl ApprovalRegistry {
+    /// A registry that also lists and decides the held calls `store` keeps.
+    pub(crate) fn new(store: Option<Arc<dyn RunBackend>>) -> ApprovalRegistry {
+        ApprovalRegistry {
+            pending: Mutex::default(),
+            store,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -317,8 +456,8 @@ impl ApprovalRegistry {
         call_id: &str,
         decision: ApprovalDecision,
     ) -> Result<(), ApprovalError> {
-        self.decide_where(run_id, call_id, decision, |p| {
-            scope.is_none_or(|s| *s == p.scope)
+        self.decide_where(run_id, call_id, decision, |s, _| {
+            scope.is_none_or(|mine| mine == s)
         })
     }
 
@@ -333,45 +472,116 @@ impl ApprovalRegistry {
         call_id: &str,
         decision: ApprovalDecision,
     ) -> Result<(), ApprovalError> {
-        self.decide_where(run_id, call_id, decision, |p| {
-            &*p.owner_key == owner_key || &*p.owner_key == codemode_store::ANY_OWNER
+        self.decide_where(run_id, call_id, decision, |_, owner| {
+            owner == owner_key || owner == codemode_store::ANY_OWNER
         })
     }
 
+    /// `allowed` is asked with the call's scope and its run's owner key.
     fn decide_where(
         &self,
         run_id: &str,
         call_id: &str,
         decision: ApprovalDecision,
-        allowed: impl Fn(&Pending) -> bool,
+        allowed: impl Fn(&Scope, &str) -> bool,
     ) -> Result<(), ApprovalError> {
-        let mut pending = self.lock();
-        let key = pending.iter().find_map(|(key, p)| {
+        let local = self.lock().iter().find_map(|(key, p)| {
             (p.call_id == call_id
                 && !p.gate.cancelled()
                 && p.run.get().map(String::as_str) == Some(run_id)
-                && allowed(p))
-            .then_some(*key)
+                && allowed(&p.scope, &p.owner_key))
+            .then(|| *key)
         });
-        // Whoever removes the entry decides (this, or the approver's own
-        // answer): never both.
-        let sent = key.and_then(|key| pending.remove(&key)).is_some_and(|p| {
-            // Decided now, not when the call's task next runs: a `wait`
-            // right after this must wait for the call, not suspend again.
-            // A call its run cancelled meanwhile is not decided.
-            p.gate.try_start() && p.decide.send(decision).is_ok()
-        });
-        if sent {
-            Ok(())
-        } else {
-            Err(ApprovalError::NotPending {
-                run_id: run_id.to_owned(),
-                call_id: call_id.to_owned(),
-            })
+        match local {
+            Some(key) => self.decide_entry(key, decision),
+            None => self.decide_stored(run_id, call_id, decision, allowed),
         }
     }
 
-    /// The calls awaiting approval (in `scope`, or everywhere).
+    /// Decides the entry `key`: in the run store first when the call is
+    /// listed there (the first decision anywhere wins, and it is kept
+    /// before the call starts), then here.
+    fn decide_entry(&self, key: u64, decision: ApprovalDecision) -> Result<(), ApprovalError> {
+        let Some((published, run_id, call_id)) = self.lock().get(&key).map(|p| {
+            (
+                p.gate.published().cloned(),
+                p.run.get().cloned().unwrap_or_default(),
+                p.call_id.clone(),
+            )
+        }) else {
+            return Err(ApprovalError::NotPending {
+                run_id: String::new(),
+                call_id: String::new(),
+            });
+        };
+        let not_pending = || ApprovalError::NotPending {
+            run_id: run_id.clone(),
+            call_id: call_id.clone(),
+        };
+        if let Some(p) = &published {
+            match p
+                .backend
+                .decide_held(&p.run_id, p.request_id, &encode_decision(&decision))
+            {
+                Ok(true) => {}
+                Ok(false) => return Err(not_pending()),
+                Err(e) => return Err(store_error(&e)),
+            }
+        }
+        // Listed in the store, the decision is made once it is kept there
+        // (the call's watch delivers it if this process lost the entry).
+        if self.deliver(key, decision) || published.is_some() {
+            Ok(())
+        } else {
+            Err(not_pending())
+        }
+    }
+
+    /// Hands `decision` to the call of entry `key`; `false` when another
+    /// decision took the entry first, or its run cancelled the call.
+    fn deliver(&self, key: u64, decision: ApprovalDecision) -> bool {
+        // Whoever removes the entry decides: never two.
+        self.lock().remove(&key).is_some_and(|p| {
+            // Decided now, not when the call's task next runs: a `wait`
+            // right after this must wait for the call, not suspend again.
+            p.gate.try_start() && p.decide.send(decision).is_ok()
+        })
+    }
+
+    /// Decides a call held by another process (or by one that stopped),
+    /// as the run store lists it.
+    fn decide_stored(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+        allowed: impl Fn(&Scope, &str) -> bool,
+    ) -> Result<(), ApprovalError> {
+        let not_pending = || ApprovalError::NotPending {
+            run_id: run_id.to_owned(),
+            call_id: call_id.to_owned(),
+        };
+        let Some(store) = &self.store else {
+            return Err(not_pending());
+        };
+        let held = store.list_held().map_err(|e| store_error(&e))?;
+        let found = held.into_iter().find_map(|h| {
+            let entry: StoredApproval = serde_json::from_slice(&h.entry).ok()?;
+            (h.run_id == run_id
+                && entry.call_id == call_id
+                && allowed(&Scope::of(&entry.context), &entry.owner_key))
+            .then_some(h.request_id)
+        });
+        let request_id = found.ok_or_else(not_pending)?;
+        match store.decide_held(run_id, request_id, &encode_decision(&decision)) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(not_pending()),
+            Err(e) => Err(store_error(&e)),
+        }
+    }
+
+    /// The calls awaiting approval (in `scope`, or everywhere): this
+    /// process's, and those the run store lists.
     pub(crate) fn list(&self, scope: Option<&Scope>) -> Vec<PendingApproval> {
         let mut list: Vec<PendingApproval> = self
             .lock()
@@ -386,8 +596,43 @@ impl ApprovalRegistry {
                 context: RunContext::clone(&p.context),
             })
             .collect();
+        if let Some(store) = &self.store {
+            match store.list_held() {
+                Ok(held) => {
+                    for h in held {
+                        let Ok(entry) = serde_json::from_slice::<StoredApproval>(&h.entry) else {
+                            continue;
+                        };
+                        let listed = list.iter().any(|p| {
+                            p.run_id.as_deref() == Some(h.run_id.as_str())
+                                && p.call_id == entry.call_id
+                        });
+                        if listed || scope.is_some_and(|s| *s != Scope::of(&entry.context)) {
+                            continue;
+                        }
+                        list.push(PendingApproval {
+                            run_id: Some(h.run_id),
+                            call_id: entry.call_id,
+                            tool_id: entry.tool_id,
+                            reason: entry.reason,
+                            input_summary: entry.input_summary,
+                            context: entry.context,
+                        });
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "held calls in the run store cannot be listed; only this process's are shown");
+                }
+            }
+        }
         list.sort_by(|a, b| (&a.run_id, &a.call_id).cmp(&(&b.run_id, &b.call_id)));
         list
+    }
+}
+
+fn store_error(e: &codemode_store::StoreError) -> ApprovalError {
+    ApprovalError::Store {
+        reason: e.to_string(),
     }
 }
 
@@ -395,14 +640,6 @@ impl ApprovalRegistry {
 struct PendingGuard {
     registry: Arc<ApprovalRegistry>,
     key: u64,
-}
-
-impl PendingGuard {
-    /// Takes the entry out, so no other decision can be made; `false` when
-    /// another decision already took it.
-    fn claim(&self) -> bool {
-        self.registry.lock().remove(&self.key).is_some()
-    }
 }
 
 impl Drop for PendingGuard {
@@ -516,6 +753,9 @@ async fn run_gated(
     if let Some(approval) = gate.approval {
         approve(approval, &call).await?;
     }
+    if let Some(published) = gate.state.published() {
+        start_once(published, &tool_id).await?;
+    }
     if !gate.state.try_start() {
         return Err(ToolCallError::denied(format!(
             "the call of {tool_id} was not started: its run ended first"
@@ -597,11 +837,19 @@ pub fn approval_reason(tool: &CatalogEntry) -> String {
     )
 }
 
-/// Holds the call until it is decided; `Err` when denied.
+/// Holds the call until it is decided; `Err` when denied. A decision
+/// comes from the registry (a session, an operator), from the approver's
+/// answer, or, once the run waits in a store other processes share, from
+/// that store (a replica's operator, a process that resumed the run).
 async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCallError> {
     let summary = input_summary(&call.input);
-    let _ = approval.state.summary.set(summary.clone());
-    let (decide, mut decided) = tokio::sync::oneshot::channel();
+    let reason = approval_reason(&call.tool);
+    let _ = approval.state.held.set(HeldInput {
+        input: call.input.clone(),
+        reason: reason.clone(),
+        summary: summary.clone(),
+    });
+    let (decide, decided) = tokio::sync::oneshot::channel();
     let pending = approval.registry.insert(Pending {
         gate: Arc::clone(&approval.state),
         scope: approval.scope.clone(),
@@ -609,50 +857,110 @@ async fn approve(approval: GateApproval, call: &NestedCall) -> Result<(), ToolCa
         run: Arc::clone(&approval.run),
         call_id: call.call_id.clone(),
         tool_id: call.tool.id.clone(),
-        reason: approval_reason(&call.tool),
+        reason,
         summary: summary.clone(),
         context: Arc::clone(&call.context),
         decide,
     });
-    let closed = || ApprovalDecision::Deny {
-        reason: "no decision can arrive any more".into(),
-    };
-    let await_decision = |decided: tokio::sync::oneshot::Receiver<ApprovalDecision>| {
-        approval.state.set(STAGE_AWAITING);
-        let _ = approval.wake.send(Msg::AwaitingApproval);
-        async move { decided.await.unwrap_or_else(|_| closed()) }
-    };
-    let decision = match &approval.approver {
-        Some(approver) => {
+    let key = pending.key;
+    let ask = async {
+        if let Some(approver) = &approval.approver {
             approval.state.set(STAGE_ASKING);
-            let asked = approver.ask(ApprovalRequest {
-                context: Arc::clone(&call.context),
-                parent_call_id: call.parent_call_id.clone(),
-                call_id: call.call_id.clone(),
-                tool: Arc::clone(&call.tool),
-                input_summary: summary,
-            });
-            tokio::select! {
-                answer = asked => match answer {
-                    // The approver's answer counts only if no decision was
-                    // made meanwhile through the registry.
-                    Some(decision) if pending.claim() => decision,
-                    Some(_) => decided.await.unwrap_or_else(|_| closed()),
-                    None => await_decision(decided).await,
-                },
-                manual = &mut decided => manual.unwrap_or_else(|_| closed()),
+            let answer = approver
+                .ask(ApprovalRequest {
+                    context: Arc::clone(&call.context),
+                    parent_call_id: call.parent_call_id.clone(),
+                    call_id: call.call_id.clone(),
+                    tool: Arc::clone(&call.tool),
+                    input_summary: summary,
+                })
+                .await;
+            if let Some(decision) = answer {
+                // Decided like any other decision (it counts only if none
+                // was made meanwhile); the store may be written.
+                let registry = Arc::clone(&approval.registry);
+                let _ =
+                    tokio::task::spawn_blocking(move || registry.decide_entry(key, decision)).await;
+                return std::future::pending().await;
             }
         }
-        None => await_decision(decided).await,
+        approval.state.set(STAGE_AWAITING);
+        let _ = approval.wake.send(Msg::AwaitingApproval);
+        std::future::pending::<()>().await
+    };
+    let watch = watch_store(&approval.registry, &approval.state, key);
+    let decision = tokio::select! {
+        decided = decided => decided.ok(),
+        () = ask => None,
+        () = watch => None,
     };
     drop(pending);
-    match decision {
+    match decision.unwrap_or_else(|| ApprovalDecision::Deny {
+        reason: "no decision can arrive any more".into(),
+    }) {
         ApprovalDecision::Approve => Ok(()),
-        ApprovalDecision::Deny { reason } => Err(ToolCallError::denied(format!(
-            "the call of {} was denied approval: {reason}",
-            call.tool.id
+        ApprovalDecision::Deny { reason } => Err(denied_call(&call.tool.id, &reason)),
+    }
+}
+
+/// A held call listed in the run store starts at most once over every
+/// process sharing it: the store records who starts it before it starts,
+/// so a process that restores the run after this one died knows whether
+/// the call may have run.
+///
+/// # Errors
+/// When another process started it, or the store cannot record the start
+/// (then the call is not started).
+pub(crate) async fn start_once(published: &Published, tool_id: &str) -> Result<(), ToolCallError> {
+    let p = published.clone();
+    let started =
+        tokio::task::spawn_blocking(move || p.backend.start_held(&p.run_id, p.request_id)).await;
+    match started {
+        Ok(Ok(Some(instance))) if instance == published.backend.instance() => Ok(()),
+        // The run left the store: no other process can start the call.
+        Ok(Ok(None)) => Ok(()),
+        Ok(Ok(Some(other))) => Err(ToolCallError::interrupted(format!(
+            "the call to {tool_id} was started by another process ({other}) that resumed the run; it was not started again here"
+        ))),
+        Ok(Err(e)) => Err(ToolCallError::new(format!(
+            "the run store could not record that the call to {tool_id} starts ({e}); it was not started"
+        ))),
+        Err(_) => Err(ToolCallError::new(format!(
+            "recording that the call to {tool_id} starts failed; it was not started"
         ))),
     }
+}
+
+/// Once the call is listed in the run store, waits there for a decision
+/// made by another process and hands it to the call. Never ends.
+async fn watch_store(registry: &Arc<ApprovalRegistry>, state: &Arc<GateState>, key: u64) {
+    let published = loop {
+        if let Some(p) = state.published() {
+            break p.clone();
+        }
+        state.on_publish.notified().await;
+    };
+    loop {
+        let p = published.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            p.backend
+                .await_decision(&p.run_id, p.request_id, Duration::from_secs(2))
+        })
+        .await;
+        match read {
+            Ok(Ok(Some(bytes))) => {
+                registry.deliver(key, decode_decision(&bytes));
+                break;
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "the run store cannot be read for a decision; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    std::future::pending().await
 }
 
 /// The longest input summary shown to whoever approves.

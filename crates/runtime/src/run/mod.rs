@@ -13,6 +13,7 @@ pub(crate) mod calls;
 pub(crate) mod drain;
 pub(crate) mod drive;
 pub(crate) mod env;
+pub(crate) mod follow;
 pub(crate) mod host;
 pub(crate) mod live;
 pub(crate) mod outcome;

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::catalog::Catalog;
 use crate::config::Language;
+use crate::executor::RunContext;
 use crate::result::{
     CodeModeResult, ErrorCode, Output, PendingToolCall, Receipts, SnapshotEvent, Telemetry,
     WaitReason,
@@ -331,7 +332,7 @@ fn write_record(
         crate::run::record::LIVE_ONLY.to_vec()
     };
     let ttl = Duration::from_secs(ctx.host.config.snapshot_ttl_seconds);
-    backend
+    let generation = backend
         .put(run_id, &state.owner_key, &record, ttl, store.bounds)
         .map_err(|e| match &e {
             codemode_store::StoreError::Full { limit } => (
@@ -352,7 +353,43 @@ fn write_record(
                     "the run could not wait: {e}; it ended and its nested calls were cancelled (they may or may not have taken effect); run it again when the store is back"
                 ),
             ),
-        })
+        })?;
+    if state.durable {
+        publish_held(state, backend, run_id);
+    }
+    Ok(generation)
+}
+
+/// Lists the run's calls held for approval in the run store, so that every
+/// process sharing it lists and decides them, and a restarted one asks
+/// again. A call that cannot be listed is still decided here.
+fn publish_held(state: &RunState, backend: &Arc<dyn codemode_store::RunBackend>, run_id: &str) {
+    let run_id: Arc<str> = Arc::from(run_id);
+    for (request_id, call) in state.calls.pending_by_request() {
+        let Some(gate) = call.info.gate.as_ref().filter(|g| g.awaiting_approval()) else {
+            continue;
+        };
+        let Some(held) = gate.held() else { continue };
+        let entry = crate::control::StoredApproval {
+            call_id: call.info.call_id.clone(),
+            tool_id: call.info.tool_id.clone(),
+            reason: held.reason.clone(),
+            input_summary: held.summary.clone(),
+            context: RunContext::clone(&state.context),
+            owner_key: state.owner_key.to_string(),
+        };
+        let entry = serde_json::to_vec(&entry).unwrap_or_default();
+        match backend.put_held(&run_id, request_id, &entry) {
+            Ok(()) => gate.publish(crate::control::Published {
+                backend: Arc::clone(backend),
+                run_id: Arc::clone(&run_id),
+                request_id,
+            }),
+            Err(e) => {
+                tracing::warn!(run_id = %run_id, call_id = %call.info.call_id, error = %e, "a held call could not be listed in the run store; only this process can decide it");
+            }
+        }
+    }
 }
 
 /// The calls the model is told are still pending.

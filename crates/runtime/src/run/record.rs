@@ -24,6 +24,7 @@ use codemode_store::RunBackend;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::control::HeldInput;
 use crate::executor::ToolCallError;
 use crate::run::sink::{decode_outcome, interrupted_call};
 use crate::run::state::{RunInfo, RunState};
@@ -78,6 +79,10 @@ pub(crate) struct PendingCall {
     pub(crate) method: String,
     /// The process running it.
     pub(crate) instance: String,
+    /// Held for approval (not started): what the call runs with once
+    /// approved, so another process can ask again and run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) held: Option<HeldInput>,
 }
 
 /// Everything of a run but its snapshot.
@@ -145,6 +150,12 @@ pub(crate) fn encode(state: &RunState, snapshot: &[u8], instance: &str) -> Vec<u
                 tool_id: c.info.tool_id.clone(),
                 method: c.info.method.to_owned(),
                 instance: instance.to_owned(),
+                held: c
+                    .info
+                    .gate
+                    .as_ref()
+                    .filter(|g| g.awaiting_approval())
+                    .and_then(|g| g.held().cloned()),
             })
             .collect(),
         typescript: state.source_map.as_ref().map(|t| t.source().to_owned()),
@@ -203,33 +214,48 @@ pub(crate) fn await_remote(
     call: &PendingCall,
     cancelled: &std::sync::atomic::AtomicBool,
 ) -> Result<Value, ToolCallError> {
+    follow(backend, run_id, call.request_id, &call.instance, cancelled)
+        .unwrap_or_else(|| Err(interrupted_call(&call.tool_id)))
+}
+
+/// Waits in the durable store for the result of call `request_id` while
+/// process `instance` lives; `None` once it is gone without one.
+pub(crate) fn follow(
+    backend: &Arc<dyn RunBackend>,
+    run_id: &str,
+    request_id: u32,
+    instance: &str,
+    cancelled: &std::sync::atomic::AtomicBool,
+) -> Option<Result<Value, ToolCallError>> {
     use std::sync::atomic::Ordering;
     let mut unreachable_since: Option<std::time::Instant> = None;
     while !cancelled.load(Ordering::Relaxed) {
-        match backend.await_result(run_id, call.request_id, Duration::from_millis(500)) {
-            Ok(Some(bytes)) => return decode_outcome(&bytes),
+        match backend.await_result(run_id, request_id, Duration::from_millis(500)) {
+            Ok(Some(bytes)) => return Some(decode_outcome(&bytes)),
             Ok(None) => {
                 unreachable_since = None;
-                if !backend.instance_alive(&call.instance) {
+                if !backend.instance_alive(instance) {
                     // It may have written the result just before it died.
-                    return match backend.await_result(run_id, call.request_id, Duration::ZERO) {
-                        Ok(Some(bytes)) => decode_outcome(&bytes),
-                        _ => Err(interrupted_call(&call.tool_id)),
+                    return match backend.await_result(run_id, request_id, Duration::ZERO) {
+                        Ok(Some(bytes)) => Some(decode_outcome(&bytes)),
+                        _ => None,
                     };
                 }
             }
             Err(e) => {
                 let since = *unreachable_since.get_or_insert_with(std::time::Instant::now);
                 if since.elapsed() > Duration::from_secs(30) {
-                    return Err(ToolCallError::new(format!(
+                    return Some(Err(ToolCallError::new(format!(
                         "the result of this call cannot be read: {e}; it may or may not have taken effect"
-                    )));
+                    ))));
                 }
                 std::thread::sleep(Duration::from_millis(250));
             }
         }
     }
-    Err(ToolCallError::new("the run ended before the call answered"))
+    Some(Err(ToolCallError::new(
+        "the run ended before the call answered",
+    )))
 }
 
 #[cfg(test)]

@@ -5,17 +5,16 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use codemode_sandbox::{Settlement, Snapshot};
 
 use crate::config::Language;
-use crate::executor::{ToolCallError, ToolFuture};
 use crate::run::bridge::settlement;
-use crate::run::calls::{CallInfo, Finished};
+use crate::run::calls::Finished;
 use crate::run::env::{DriveCtx, RunEnv};
+use crate::run::follow;
 use crate::run::live::StoreError;
-use crate::run::record::{self, PendingCall};
+use crate::run::record;
 use crate::run::sink::{self, DeferredClaim};
 use crate::run::state::RunState;
 
@@ -139,13 +138,14 @@ fn restore(
     let _ = state.run_tag.set(run_id.to_owned());
     let results: HashMap<u32, Vec<u8>> = claimed.results.into_iter().collect();
     let mut ready = VecDeque::new();
-    for call in record.pending {
-        let outcome = match results.get(&call.request_id) {
-            Some(bytes) => Some(sink::decode_outcome(bytes)),
-            None if backend.instance_alive(&call.instance) => {
-                adopt(ctx, &mut state, backend, run_id, call.clone())
+    for mut call in record.pending {
+        let outcome = match (results.get(&call.request_id), call.held.take()) {
+            (Some(bytes), _) => Some(sink::decode_outcome(bytes)),
+            (None, Some(held)) => follow::held(ctx, &mut state, run_id, &call, held),
+            (None, None) if backend.instance_alive(&call.instance) => {
+                follow::adopt(ctx, &mut state, run_id, call.clone())
             }
-            None => Some(Err(sink::interrupted_call(&call.tool_id))),
+            (None, None) => Some(Err(sink::interrupted_call(&call.tool_id))),
         };
         if let Some(outcome) = outcome {
             ready.push_back(settlement(
@@ -172,55 +172,4 @@ fn restore(
         state,
         ready,
     })
-}
-
-/// A call still running in another live process: the run follows it
-/// through the store (its result, or `interrupted` when that process
-/// dies). Returns its outcome if it is already there.
-fn adopt(
-    ctx: &DriveCtx,
-    state: &mut RunState,
-    backend: &Arc<dyn codemode_store::RunBackend>,
-    run_id: &str,
-    call: PendingCall,
-) -> Option<Result<serde_json::Value, ToolCallError>> {
-    let info = CallInfo {
-        call_id: call.call_id.clone(),
-        tool_id: call.tool_id.clone(),
-        method: record::static_method(&call.method),
-        parent_call_id: state.parent_call_id.clone(),
-        input_bytes: 0,
-        gate: None,
-        span: tracing::Span::none(),
-        queued: None,
-    };
-    let request_id = call.request_id;
-    let backend = Arc::clone(backend);
-    let run_id = run_id.to_owned();
-    let future: ToolFuture = Box::pin(async move {
-        /// Stops the blocking wait when the run drops the call.
-        struct StopOnDrop(Arc<AtomicBool>);
-        impl Drop for StopOnDrop {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
-        let stop = StopOnDrop(Arc::default());
-        let cancelled = Arc::clone(&stop.0);
-        let waited = tokio::task::spawn_blocking(move || {
-            record::await_remote(&backend, &run_id, &call, &cancelled)
-        })
-        .await;
-        drop(stop);
-        waited.unwrap_or_else(|_| {
-            Err(ToolCallError::new(
-                "following the call in the run store failed; it may or may not have taken effect",
-            ))
-        })
-    });
-    // It holds a slot here as it did in the process that started it.
-    let max_pending = ctx.host.config.max_pending_tool_calls as usize;
-    state
-        .calls
-        .start(&ctx.handle, request_id, info, max_pending, move || future)
 }
