@@ -250,7 +250,8 @@ async fn follow_holder(
 /// The nested call a restored call runs as; `None` when the run's catalog
 /// no longer has its tool.
 fn nested_call(state: &RunState, call: &PendingCall, input: Value) -> Option<NestedCall> {
-    let tool = Arc::clone(state.catalog.callable(&call.tool_id).ok()?);
+    // By id, MCP tools included (the guest named it by its path).
+    let tool = Arc::clone(state.catalog.get(&call.tool_id)?);
     Some(NestedCall {
         context: Arc::clone(&state.context),
         parent_call_id: state.parent_call_id.clone(),
