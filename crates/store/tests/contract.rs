@@ -552,6 +552,14 @@ fn held_calls_are_listed_everywhere_and_decided_once() {
         a.remove("run_h").expect("removed");
         assert_eq!(b.list_held(), Ok(Vec::new()));
         assert_eq!(b.decide_held("run_h", 5, b"approve"), Ok(false));
+        assert_eq!(b.start_held("run_h", 4), Ok(None));
+        // A run stored again under the same id starts with nothing held.
+        a.put("run_h", "o", b"rec", TTL, BOUNDS).expect("put");
+        assert_eq!(
+            a.start_held("run_h", 4),
+            Ok(Some(a.instance().to_owned())),
+            "the start marker left with the run"
+        );
         assert_eq!(
             b.await_decision("run_h", 4, Duration::ZERO),
             Ok(None),

@@ -490,7 +490,7 @@ impl ApprovalRegistry {
                 && !p.gate.cancelled()
                 && p.run.get().map(String::as_str) == Some(run_id)
                 && allowed(&p.scope, &p.owner_key))
-            .then(|| *key)
+            .then_some(*key)
         });
         match local {
             Some(key) => self.decide_entry(key, decision),
@@ -1189,5 +1189,79 @@ mod tests {
             .decide_as_resumer("principal:bob", "run_b", "c.1", approve())
             .unwrap();
         assert_eq!(anyones.try_recv().unwrap(), ApprovalDecision::Approve);
+    }
+
+    /// Held calls another process listed in the run store: listed here
+    /// too, and decided only by whoever may decide them there (the run's
+    /// scope, its owner, or an operator); the decision lands in the store.
+    #[test]
+    fn calls_held_in_the_store_keep_their_scope_and_owner() {
+        use codemode_store::{MemoryBackend, RunBackend};
+        let store: Arc<dyn RunBackend> = Arc::new(MemoryBackend::new());
+        let bounds = codemode_store::Bounds {
+            max_runs: 10,
+            max_bytes: 1 << 20,
+        };
+        let ttl = std::time::Duration::from_secs(60);
+        store
+            .put("run_s", "principal:alice", b"rec", ttl, bounds)
+            .unwrap();
+        let context = RunContext {
+            session_id: Some("a".into()),
+            ..RunContext::default()
+        };
+        let entry = StoredApproval {
+            call_id: "exec_1.1".into(),
+            tool_id: "mcp:notes:delete".into(),
+            reason: "approveTools".into(),
+            input_summary: "{}".into(),
+            context: context.clone(),
+            owner_key: "principal:alice".into(),
+        };
+        store
+            .put_held("run_s", 7, &serde_json::to_vec(&entry).unwrap())
+            .unwrap();
+        let registry = ApprovalRegistry::new(Some(Arc::clone(&store)));
+        let mine = Scope::of(&context);
+        let other = Scope::of(&RunContext::default());
+        assert_eq!(registry.list(None).len(), 1);
+        assert_eq!(registry.list(Some(&mine))[0].tool_id, "mcp:notes:delete");
+        assert!(registry.list(Some(&other)).is_empty());
+        let approve = || ApprovalDecision::Approve;
+        assert!(
+            registry
+                .decide(Some(&other), "run_s", "exec_1.1", approve())
+                .is_err()
+        );
+        assert!(
+            registry
+                .decide_as_resumer("principal:bob", "run_s", "exec_1.1", approve())
+                .is_err()
+        );
+        assert!(
+            registry
+                .decide_as_resumer("principal:alice", "run_s", "exec_1.2", approve())
+                .is_err()
+        );
+        registry
+            .decide_as_resumer("principal:alice", "run_s", "exec_1.1", approve())
+            .unwrap();
+        let stored = store
+            .await_decision("run_s", 7, std::time::Duration::ZERO)
+            .unwrap()
+            .unwrap();
+        assert_eq!(decode_decision(&stored), ApprovalDecision::Approve);
+        assert!(registry.list(None).is_empty());
+        // Decided once: an operator finds nothing left to decide.
+        assert!(
+            registry
+                .decide(None, "run_s", "exec_1.1", approve())
+                .is_err()
+        );
+        // Bytes that are no decision deny: nothing starts on them.
+        assert!(matches!(
+            decode_decision(b"garbage"),
+            ApprovalDecision::Deny { .. }
+        ));
     }
 }
