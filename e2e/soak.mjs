@@ -3,9 +3,14 @@
 // CPU loops, memory bombs, output floods, describe bombs, deep nesting,
 // huge inputs, VM-slot and run-slot floods, crash an upstream every few
 // seconds, and disconnect mid-exec; every client authenticates (normal
-// sessions as four principals, hostile ones as two others), and hostile
+// sessions as four principals, hostile ones as two others), hostile
 // stateless 2026-07-28 clients flood the gateway with requests that each
-// leave a run waiting. Run by `cargo xtask soak`.
+// leave a run waiting, and hostile Tasks clients (the extension declared)
+// start tasks whose cells yield forever and never collect them. Then the
+// restart: every normal session leaves a run waiting (one on a call still
+// running), the gateway is SIGKILLed and started again on the same run
+// store, and the sessions reconnect and resume their runs. Run by
+// `cargo xtask soak`.
 //
 // Usage: CODEMODE_BIN=... node soak.mjs [SECONDS] [--check]
 // Prints one JSON object with the figures; with --check exits 1 when a
@@ -28,6 +33,7 @@ const CHECK = args.includes("--check");
 const NORMAL = 32;
 const HOSTILE = 8;
 const STATELESS_FLOODERS = 2;
+const TASK_FLOODERS = 2;
 /** Bearer tokens: normal sessions take one of four principals, hostile ones
  * one of two others. */
 const token = (who) => `${who}-soak-token-0123456789abcdef`;
@@ -37,6 +43,7 @@ const HOSTILE_PRINCIPALS = ["h0", "h1"];
 function config() {
   const dir = mkdtempSync(join(tmpdir(), "codemode-soak-"));
   const path = join(dir, "gateway.json");
+  store = `file:${join(dir, "runs.db")}`;
   writeFileSync(path, JSON.stringify({
     tools: { codeMode: { enabled: true, timeoutMs: 2000, snapshotTtlSeconds: 20, maxOutputBytes: 65536 } },
     auth: { bearerTokens: [...NORMAL_PRINCIPALS, ...HOSTILE_PRINCIPALS].map((name) => ({ name, token: token(name) })) },
@@ -48,8 +55,11 @@ function config() {
   return path;
 }
 
-async function startGateway(path) {
-  const child = spawn(BIN, ["serve", "--config", path, "--http", "127.0.0.1:0"], {
+/** The run store the gateway and its restart share. */
+let store;
+
+async function startGateway(path, port = 0) {
+  const child = spawn(BIN, ["serve", "--config", path, "--http", `127.0.0.1:${port}`, "--store", store], {
     env: { ...process.env, CODEMODE_LOG: "info" },
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -201,6 +211,31 @@ async function statelessFlooder(url, until, index, codes) {
   await client.close().catch(() => {});
 }
 
+/** A Tasks client (2026-07-28, the tasks extension declared): each exec
+ * becomes a task the gateway drives; its cell yields forever and the
+ * client never collects it (this SDK cannot read a task result). */
+async function taskFlooder(url, until, index, codes) {
+  const client = new StatelessClient({ name: "codemode-soak-tasks", version: "1.0.0" }, {
+    versionNegotiation: { mode: { pin: "2026-07-28" } },
+    capabilities: { extensions: { "io.modelcontextprotocol/tasks": {} } },
+  });
+  const who = HOSTILE_PRINCIPALS[index % HOSTILE_PRINCIPALS.length];
+  await client.connect(new StatelessTransport(new URL(url), {
+    requestInit: { headers: { authorization: `Bearer ${token(who)}` } },
+  }));
+  while (Date.now() < until) {
+    let k;
+    try {
+      const r = resultOf(await client.callTool({ name: "exec", arguments: { code: "for (;;) await yield_control();" } }));
+      k = `task_flood:${r?.status === "failed" ? r.code ?? "no_code" : r?.status}`;
+    } catch (e) {
+      k = /result type 'task'/.test(String(e?.message)) ? "task_flood:task_created" : "task_flood:client_error";
+    }
+    codes[k] = (codes[k] ?? 0) + 1;
+  }
+  await client.close().catch(() => {});
+}
+
 async function phase(url, seconds, hostile) {
   const until = Date.now() + seconds * 1000;
   const latencies = [], failures = {}, lost = [], codes = {};
@@ -211,6 +246,7 @@ async function phase(url, seconds, hostile) {
   if (hostile) {
     for (let i = 0; i < HOSTILE; i++) workers.push(hostileWorker(url, until, i, codes));
     for (let i = 0; i < STATELESS_FLOODERS; i++) workers.push(statelessFlooder(url, until, i, codes));
+    for (let i = 0; i < TASK_FLOODERS; i++) workers.push(taskFlooder(url, until, i, codes));
   }
   await Promise.all(workers);
   return {
@@ -224,11 +260,78 @@ async function phase(url, seconds, hostile) {
   };
 }
 
-const gateway = await startGateway(config());
-const pid = gateway.child.pid;
+/** Every normal session leaves a run waiting (a value on its heap; every
+ * fourth on a call still running), then the gateway is SIGKILLed and
+ * started again on the same store and port; the sessions reconnect and
+ * resume their runs. Returns the next gateway and the figures. */
+async function restart(gateway, path) {
+  const port = new URL(gateway.url).port;
+  const sessions = await Promise.all(NORMAL_PRINCIPALS.flatMap((who) =>
+    Array.from({ length: NORMAL / NORMAL_PRINCIPALS.length }, () => who)).map(async (who, i) => {
+    const { client, transport } = await connect(gateway.url, who);
+    const running = i % 4 === 3;
+    const code = running
+      ? `globalThis.n = ${i}; return await MCP.flaky.slow({ ms: 600000 }).then(() => "ran", (e) => e.code);`
+      : `globalThis.n = ${i}; await yield_control(); return n * 2;`;
+    const started = await execCell(client, code);
+    await client.close().catch(() => {});
+    return { who, i, running, started, transport };
+  }));
+  const waiting = sessions.filter((s) => s.started?.status === "waiting");
+  gateway.child.kill("SIGKILL");
+  await gateway.exited;
+  const killedAt = performance.now();
+  const next = await startGateway(path, port);
+  const servingMs = performance.now() - killedAt;
+  const resumeMs = [], wrong = [];
+  let resumed = 0, interrupted = 0;
+  await Promise.all(waiting.map(async (s) => {
+    const { client, transport } = await connect(next.url, s.who);
+    const started = performance.now();
+    try {
+      let r = resultOf(await client.callTool({ name: "wait", arguments: { runId: s.started.runId } }));
+      for (let k = 0; r?.status === "waiting" && k < 10; k++) {
+        r = resultOf(await client.callTool({ name: "wait", arguments: { runId: s.started.runId } }));
+      }
+      resumeMs.push(performance.now() - started);
+      const expected = s.running ? "interrupted" : s.i * 2;
+      if (r?.status === "completed" && r.value === expected) {
+        resumed += 1;
+        if (s.running) interrupted += 1;
+      } else {
+        wrong.push(JSON.stringify(r).slice(0, 300));
+      }
+    } catch (e) {
+      wrong.push(String(e?.message ?? e).slice(0, 300));
+    }
+    await transport.terminateSession().catch(() => {});
+    await client.close().catch(() => {});
+  }));
+  return {
+    gateway: next,
+    figures: {
+      runsWaitingAtKill: waiting.length,
+      runsOfSessions: sessions.length,
+      resumedAfterRestart: resumed,
+      callsInterrupted: interrupted,
+      wrongResumes: wrong.length,
+      wrongSamples: wrong.slice(0, 3),
+      servingAgainMs: Math.round(servingMs),
+      resumeP50Ms: Math.round(percentile(resumeMs, 50) * 10) / 10,
+      resumeP99Ms: Math.round(percentile(resumeMs, 99) * 10) / 10,
+    },
+  };
+}
+
+const path = config();
+let gateway = await startGateway(path);
 const quiet = Math.max(5, Math.round(SECONDS / 4));
 const unloaded = await phase(gateway.url, quiet, false);
 const loaded = await phase(gateway.url, SECONDS, true);
+const restarted = await restart(gateway, path);
+gateway = restarted.gateway;
+const afterRestart = await phase(gateway.url, quiet, false);
+const pid = gateway.child.pid;
 // Let in-flight upstream calls finish and crashed upstreams restart.
 await new Promise((r) => setTimeout(r, 3000));
 const childrenWhileServing = descendants(pid).length;
@@ -246,9 +349,12 @@ const figures = {
   hostileSessions: HOSTILE,
   hostilePrincipals: HOSTILE_PRINCIPALS.length,
   statelessFlooders: STATELESS_FLOODERS,
+  taskFlooders: TASK_FLOODERS,
   unloaded,
   loaded,
   p99Ratio: unloaded.p99Ms ? Math.round((loaded.p99Ms / unloaded.p99Ms) * 100) / 100 : null,
+  restart: restarted.figures,
+  afterRestart,
   peakRssMiB: peak,
   upstreamProcessesWhileServing: childrenWhileServing,
   processesLeftAfterExit: leftAfterExit,
@@ -257,10 +363,15 @@ const figures = {
 console.log(JSON.stringify(figures, null, 2));
 if (CHECK) {
   const problems = [];
-  if (loaded.lost + unloaded.lost > 0) problems.push(`${loaded.lost + unloaded.lost} results lost`);
-  if (Object.keys(loaded.normalFailures).length + Object.keys(unloaded.normalFailures).length > 0) problems.push("normal cells failed");
+  const phases = [unloaded, loaded, afterRestart];
+  const lostResults = phases.reduce((n, p) => n + p.lost, 0);
+  if (lostResults > 0) problems.push(`${lostResults} results lost`);
+  if (phases.some((p) => Object.keys(p.normalFailures).length > 0)) problems.push("normal cells failed");
+  const r = restarted.figures;
+  if (r.runsWaitingAtKill !== r.runsOfSessions) problems.push(`${r.runsOfSessions - r.runsWaitingAtKill} runs did not wait before the kill`);
+  if (r.resumedAfterRestart !== r.runsWaitingAtKill) problems.push(`${r.wrongResumes} runs not resumed as expected after the restart`);
   if (leftAfterExit > 0) problems.push(`${leftAfterExit} processes left after the gateway exited`);
-  if (unloaded.normalCells === 0 || loaded.normalCells === 0) problems.push("no normal cell completed");
+  if (phases.some((p) => p.normalCells === 0)) problems.push("no normal cell completed");
   if (problems.length) {
     console.error(`soak: ${problems.join("; ")}`);
     process.exit(1);
