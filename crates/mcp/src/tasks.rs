@@ -14,7 +14,9 @@
 //! extension keep `waiting` + `wait`.
 //!
 //! A cell that yields again at once is resumed after a pause that doubles
-//! up to 2 s, and a run still waiting after the runs' TTL is aborted (its
+//! up to 2 s (and such rounds of one holder's tasks start at least 100 ms
+//! apart over all of them), and a run still waiting after the runs' TTL is
+//! aborted (its
 //! task completes with `snapshot_expired`): no task spins a core or runs
 //! forever.
 //!
@@ -41,6 +43,10 @@ const POLL_INTERVAL_MS: u64 = 500;
 /// from the first to the last of these: a task never spins a core.
 const FIRST_YIELD_PAUSE: Duration = Duration::from_millis(50);
 const LAST_YIELD_PAUSE: Duration = Duration::from_secs(2);
+/// Rounds of one holder's tasks that only yielded start at least this far
+/// apart, over all its tasks: a client that starts many tasks whose cells
+/// yield forever gets about ten such rounds a second, not one per task.
+const HOLDER_YIELD_ROUND_SPACING: Duration = Duration::from_millis(100);
 /// Tasks held at once; past it the oldest finished one goes first, and
 /// with none finished a new task is refused (the run stays a plain
 /// `waiting` result).
@@ -69,6 +75,28 @@ pub(crate) type Admission = Arc<dyn Fn() -> Option<Box<dyn Send>> + Send + Sync>
 #[derive(Default)]
 pub(crate) struct Tasks {
     entries: Mutex<HashMap<String, Arc<TaskEntry>>>,
+    pacer: Arc<HolderPacer>,
+}
+
+/// When each holder's next round of a task that only yields may start.
+#[derive(Default)]
+struct HolderPacer {
+    next: Mutex<HashMap<String, Instant>>,
+}
+
+impl HolderPacer {
+    /// Takes `holder`'s next turn: when its round may start (now, or
+    /// [`HOLDER_YIELD_ROUND_SPACING`] after the turn taken before).
+    fn turn(&self, holder: &str) -> Instant {
+        let now = Instant::now();
+        let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+        if next.len() > 1024 {
+            next.retain(|_, at| *at > now);
+        }
+        let at = next.get(holder).map_or(now, |&at| at.max(now));
+        next.insert(holder.to_owned(), at + HOLDER_YIELD_ROUND_SPACING);
+        at
+    }
 }
 
 struct TaskEntry {
@@ -78,6 +106,8 @@ struct TaskEntry {
     /// address).
     holder: String,
     admit: Admission,
+    /// Shared by every task of the process (see [`HolderPacer`]).
+    pacer: Arc<HolderPacer>,
     created_at: String,
     ttl: Duration,
     state: Mutex<TaskState>,
@@ -230,6 +260,7 @@ impl Tasks {
             owner: who.principal,
             holder: who.holder,
             admit: who.admit,
+            pacer: Arc::clone(&self.pacer),
             created_at: created_at.clone(),
             ttl,
             state: Mutex::new(TaskState {
@@ -368,6 +399,9 @@ async fn drive(
                 if result.to_json().get("reason").and_then(|r| r.as_str()) == Some("yield") {
                     yield_pause = (yield_pause * 2).clamp(FIRST_YIELD_PAUSE, LAST_YIELD_PAUSE);
                     tokio::time::sleep(yield_pause).await;
+                    // And its turn among its holder's other yielding tasks.
+                    let turn = entry.pacer.turn(&entry.holder);
+                    tokio::time::sleep_until(turn.into()).await;
                 } else {
                     yield_pause = Duration::ZERO;
                 }
@@ -459,6 +493,7 @@ mod tests {
             owner: None,
             holder: holder.to_owned(),
             admit: Arc::new(|| Some(Box::new(()) as Box<dyn Send>)),
+            pacer: Arc::default(),
             created_at: now(),
             ttl: Duration::from_secs(60),
             state: Mutex::new(TaskState {
@@ -540,6 +575,24 @@ mod tests {
         assert!(
             !make_room(&mut running, "principal:new"),
             "no running task is taken"
+        );
+    }
+
+    /// One holder's yielding tasks take turns over all of them; another
+    /// holder's turns do not wait for them.
+    #[test]
+    fn a_holders_yield_rounds_are_spaced_over_all_its_tasks() {
+        let pacer = HolderPacer::default();
+        let start = Instant::now();
+        let turns: Vec<Instant> = (0..5).map(|_| pacer.turn("mallory")).collect();
+        for pair in turns.windows(2) {
+            assert_eq!(pair[1] - pair[0], HOLDER_YIELD_ROUND_SPACING);
+        }
+        assert!(turns[4] - start >= HOLDER_YIELD_ROUND_SPACING * 4);
+        let other = pacer.turn("alice");
+        assert!(
+            other - start < HOLDER_YIELD_ROUND_SPACING,
+            "alice does not queue behind mallory"
         );
     }
 }
