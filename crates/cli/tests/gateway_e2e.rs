@@ -118,11 +118,14 @@ fn progress_reaches_a_client_that_asks() {
 /// sent right after a restart, before the upstream has started, still
 /// resumes a run that calls that upstream again; stdio gateways of one
 /// user share the default store (another window's gateway resumes a run,
-/// the next gateway a SIGKILLed one's).
+/// the next gateway a SIGKILLed one's); calls held for approval outlive
+/// the gateway (listed and approved on the next one, asked again of a
+/// reconnected client) and are approved through another replica's
+/// operator endpoint.
 #[test]
 fn waiting_runs_survive_restarts_and_move_between_replicas() {
     let out = node_suite("durable.test.mjs");
-    assert!(out.contains("ℹ pass 5\n"), "every scenario ran: {out}");
+    assert!(out.contains("ℹ pass 8\n"), "every scenario ran: {out}");
 }
 
 /// Stateless MCP (`e2e/stateless.test.mjs`): the official TypeScript SDK
