@@ -435,6 +435,25 @@ impl FileBackend {
         Ok(out)
     }
 
+    /// Waits until `table` holds `(run_id, request_id)` (woken in this
+    /// process, rechecked for other processes' writes), or `timeout`.
+    fn wait_for(
+        &self,
+        table: TableDefinition<(&str, u32), &[u8]>,
+        run_id: &str,
+        request_id: u32,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.notifier.wait_for(run_id, timeout, RECHECK, || {
+            let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
+            let table = read.open_table(table).map_err(|e| self.unavailable(e))?;
+            let value = table
+                .get((run_id, request_id))
+                .map_err(|e| self.unavailable(e))?;
+            Ok(value.map(|v| v.value().to_vec()))
+        })
+    }
+
     /// Forgets `run_id` and its results in `txn`, counting it out.
     fn remove_in(&self, txn: &redb::WriteTransaction, run_id: &str) -> Result<(), StoreError> {
         let mut runs = txn.open_table(RUNS).map_err(|e| self.unavailable(e))?;
@@ -648,14 +667,7 @@ impl RunBackend for FileBackend {
         request_id: u32,
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.notifier.wait_for(run_id, timeout, RECHECK, || {
-            let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
-            let results = read.open_table(RESULTS).map_err(|e| self.unavailable(e))?;
-            let value = results
-                .get((run_id, request_id))
-                .map_err(|e| self.unavailable(e))?;
-            Ok(value.map(|v| v.value().to_vec()))
-        })
+        self.wait_for(RESULTS, run_id, request_id, timeout)
     }
 
     fn put_held(&self, run_id: &str, request_id: u32, entry: &[u8]) -> Result<(), StoreError> {
@@ -758,14 +770,7 @@ impl RunBackend for FileBackend {
         request_id: u32,
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.notifier.wait_for(run_id, timeout, RECHECK, || {
-            let read = self.db()?.begin_read().map_err(|e| self.unavailable(e))?;
-            let decided = read.open_table(DECIDED).map_err(|e| self.unavailable(e))?;
-            let value = decided
-                .get((run_id, request_id))
-                .map_err(|e| self.unavailable(e))?;
-            Ok(value.map(|v| v.value().to_vec()))
-        })
+        self.wait_for(DECIDED, run_id, request_id, timeout)
     }
 
     fn instance_alive(&self, instance: &str) -> bool {

@@ -940,6 +940,13 @@ async fn watch_store(registry: &Arc<ApprovalRegistry>, state: &Arc<GateState>, k
         }
         state.on_publish.notified().await;
     };
+    registry.deliver(key, stored_decision(&published).await);
+    std::future::pending().await
+}
+
+/// The decision on a call listed in the run store, once one is made there
+/// (by any process); waits as long as it takes, off the async workers.
+pub(crate) async fn stored_decision(published: &Published) -> ApprovalDecision {
     loop {
         let p = published.clone();
         let read = tokio::task::spawn_blocking(move || {
@@ -948,10 +955,7 @@ async fn watch_store(registry: &Arc<ApprovalRegistry>, state: &Arc<GateState>, k
         })
         .await;
         match read {
-            Ok(Ok(Some(bytes))) => {
-                registry.deliver(key, decode_decision(&bytes));
-                break;
-            }
+            Ok(Ok(Some(bytes))) => return decode_decision(&bytes),
             Ok(Ok(None)) => {}
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "the run store cannot be read for a decision; trying again");
@@ -960,7 +964,6 @@ async fn watch_store(registry: &Arc<ApprovalRegistry>, state: &Arc<GateState>, k
             Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
         }
     }
-    std::future::pending().await
 }
 
 /// The longest input summary shown to whoever approves.

@@ -414,15 +414,10 @@ fn start_tool_call(
                     crate::catalog::mcp::prepare_input(|| label.clone(), &schema, input)
                 }) as Recheck
             });
-            let approval = entry.gate.needs_approval().then(|| GateApproval {
-                approver: state.approver.clone(),
-                registry: Arc::clone(&ctx.host.approvals),
-                scope: state.scope.clone(),
-                owner_key: Arc::clone(&state.owner_key),
-                run: Arc::clone(&state.run_tag),
-                state: Arc::clone(&gate_state),
-                wake: state.calls.sender(),
-            });
+            let approval = entry
+                .gate
+                .needs_approval()
+                .then(|| gate_approval(ctx, state, &gate_state));
             let gate = Gate {
                 state: gate_state,
                 hooks: state.hooks.clone(),
@@ -432,6 +427,24 @@ fn start_tool_call(
             Launch::Gated(Box::new(gate), call, executor)
         },
     )
+}
+
+/// How a call of `state`'s run whose gate is `gate` is approved: this
+/// run's approver, the runtime's registry, the run's scope and owner.
+pub(crate) fn gate_approval(
+    ctx: &DriveCtx,
+    state: &RunState,
+    gate: &Arc<GateState>,
+) -> GateApproval {
+    GateApproval {
+        approver: state.approver.clone(),
+        registry: Arc::clone(&ctx.host.approvals),
+        scope: state.scope.clone(),
+        owner_key: Arc::clone(&state.owner_key),
+        run: Arc::clone(&state.run_tag),
+        state: Arc::clone(gate),
+        wake: state.calls.sender(),
+    }
 }
 
 /// `<Namespace>.<path>(...args)`: the host resolves the namespace id and

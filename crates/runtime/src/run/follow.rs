@@ -14,10 +14,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::control::{
-    ApprovalDecision, Gate, GateApproval, GateState, HeldInput, Published, decode_decision,
-    denied_call,
+    ApprovalDecision, Gate, GateState, HeldInput, Published, decode_decision, denied_call,
 };
 use crate::executor::{NestedCall, ToolCallError, ToolFuture};
+use crate::run::bridge::gate_approval;
 use crate::run::calls::CallInfo;
 use crate::run::env::DriveCtx;
 use crate::run::record::{self, PendingCall};
@@ -134,15 +134,7 @@ fn hold_again(
         state: Arc::clone(&gate_state),
         // It passed the hooks where it was first started.
         hooks: None,
-        approval: Some(GateApproval {
-            approver: state.approver.clone(),
-            registry: Arc::clone(&ctx.host.approvals),
-            scope: state.scope.clone(),
-            owner_key: Arc::clone(&state.owner_key),
-            run: Arc::clone(&state.run_tag),
-            state: Arc::clone(&gate_state),
-            wake: state.calls.sender(),
-        }),
+        approval: Some(gate_approval(ctx, state, &gate_state)),
         recheck: None,
     };
     let info = call_info(
@@ -219,19 +211,8 @@ async fn follow_holder(
         })
     };
     let watch = async {
-        loop {
-            let p = published.clone();
-            let read = tokio::task::spawn_blocking(move || {
-                p.backend
-                    .await_decision(&p.run_id, p.request_id, Duration::from_secs(2))
-            })
-            .await;
-            if let Ok(Ok(Some(bytes))) = read {
-                if decode_decision(&bytes) == ApprovalDecision::Approve {
-                    gate.decided();
-                }
-                break;
-            }
+        if crate::control::stored_decision(published).await == ApprovalDecision::Approve {
+            gate.decided();
         }
         std::future::pending::<()>().await
     };
