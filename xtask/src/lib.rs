@@ -123,3 +123,183 @@ mod tests {
         assert_eq!(quickjs_lock_entries(lock), "rquickjs-sys 0.14.0\n");
     }
 }
+
+/// One security-critical file of `mutants/critical.txt`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriticalFile {
+    /// Relative to the workspace root.
+    pub path: String,
+    /// The share of viable mutants its tests must catch, in percent.
+    pub minimum: u32,
+    /// The packages whose tests run.
+    pub packages: Vec<String>,
+    /// Arguments for `cargo test` (the test targets that reach the file).
+    pub test_args: Vec<String>,
+}
+
+/// Reads `mutants/critical.txt`: `file | minimum % | packages | cargo test
+/// arguments`, `#` comments and blank lines skipped.
+///
+/// # Errors
+/// A line that is not four fields, or a minimum that is not 0–100.
+pub fn parse_critical(text: &str) -> Result<Vec<CriticalFile>, String> {
+    let mut files = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fields: Vec<&str> = line.split('|').map(str::trim).collect();
+        let [path, minimum, packages, args] = fields.as_slice() else {
+            return Err(format!(
+                "mutants/critical.txt line {}: expected `file | minimum % | packages | cargo test arguments`, got {line:?}",
+                n + 1
+            ));
+        };
+        let minimum: u32 = minimum
+            .parse()
+            .ok()
+            .filter(|m| *m <= 100)
+            .ok_or_else(|| {
+                format!(
+                    "mutants/critical.txt line {}: the minimum must be a whole percent 0-100, got {minimum:?}",
+                    n + 1
+                )
+            })?;
+        files.push(CriticalFile {
+            path: (*path).to_owned(),
+            minimum,
+            packages: packages.split(',').map(|p| p.trim().to_owned()).collect(),
+            test_args: args.split_whitespace().map(str::to_owned).collect(),
+        });
+    }
+    Ok(files)
+}
+
+/// Reads `mutants/equivalent.txt`: `<file>: <mutation> — <why>` per line;
+/// returns the mutant names (`<file>: <mutation>`).
+///
+/// # Errors
+/// A line without its reason.
+pub fn parse_equivalent(text: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.split_once(" — ") {
+            Some((name, why)) if !why.trim().is_empty() && name.contains(": ") => {
+                names.push(name.trim().to_owned());
+            }
+            _ => {
+                return Err(format!(
+                    "mutants/equivalent.txt line {}: expected `<file>: <mutation> — <why it changes nothing>`, got {line:?}",
+                    n + 1
+                ));
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// What the tests made of one file's mutants.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MutantScore {
+    /// Caught by a failing test, or by a timeout.
+    pub caught: Vec<String>,
+    /// Not caught, and not listed as equivalent.
+    pub missed: Vec<String>,
+    /// Not caught, listed as equivalent.
+    pub equivalent: Vec<String>,
+    /// Listed as equivalent, yet caught: the list is wrong.
+    pub wrongly_listed: Vec<String>,
+    /// Did not build.
+    pub unviable: usize,
+}
+
+impl MutantScore {
+    /// Scores the lists cargo-mutants wrote (`caught.txt`, `timeout.txt`,
+    /// `missed.txt`, `unviable.txt`: one mutant per line, named without line
+    /// and column) against the equivalent mutants.
+    pub fn from_lists(
+        caught: &str,
+        timeout: &str,
+        missed: &str,
+        unviable: &str,
+        equivalent: &[String],
+    ) -> MutantScore {
+        let lines = |text: &str| -> Vec<String> {
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        let mut score = MutantScore {
+            unviable: lines(unviable).len(),
+            ..MutantScore::default()
+        };
+        for name in lines(caught).into_iter().chain(lines(timeout)) {
+            if equivalent.contains(&name) {
+                score.wrongly_listed.push(name.clone());
+            }
+            score.caught.push(name);
+        }
+        for name in lines(missed) {
+            if equivalent.contains(&name) {
+                score.equivalent.push(name);
+            } else {
+                score.missed.push(name);
+            }
+        }
+        score
+    }
+
+    /// Mutants that build and are not equivalent.
+    pub fn viable(&self) -> usize {
+        self.caught.len() + self.missed.len()
+    }
+
+    /// Caught of viable, in percent (100 with none viable).
+    pub fn percent(&self) -> f64 {
+        if self.viable() == 0 {
+            100.0
+        } else {
+            self.caught.len() as f64 * 100.0 / self.viable() as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod mutant_tests {
+    use super::*;
+
+    #[test]
+    fn the_critical_list_and_the_equivalents_are_read_and_bad_lines_named() {
+        let files = parse_critical(
+            "# c\n\na.rs | 90 | p1, p2 | --lib --test t\n",
+        )
+        .unwrap();
+        assert_eq!(files[0].packages, ["p1", "p2"]);
+        assert_eq!(files[0].test_args, ["--lib", "--test", "t"]);
+        assert!(parse_critical("a.rs | 90 | p").unwrap_err().contains("line 1"));
+        assert!(parse_critical("a.rs | 190 | p | x").unwrap_err().contains("0-100"));
+        let eq = parse_equivalent("a.rs: replace x with y — same value\n").unwrap();
+        assert_eq!(eq, ["a.rs: replace x with y"]);
+        assert!(parse_equivalent("a.rs: replace x with y\n").is_err(), "a reason is required");
+    }
+
+    #[test]
+    fn equivalents_leave_the_viable_count_and_caught_ones_are_flagged() {
+        let eq = vec!["f: m2".to_owned(), "f: m4".to_owned()];
+        let score = MutantScore::from_lists("f: m1\nf: m4\n", "f: m5\n", "f: m2\nf: m3\n", "f: u\n", &eq);
+        assert_eq!(score.caught.len(), 3);
+        assert_eq!(score.missed, ["f: m3"]);
+        assert_eq!(score.equivalent, ["f: m2"]);
+        assert_eq!(score.wrongly_listed, ["f: m4"]);
+        assert_eq!((score.viable(), score.unviable), (4, 1));
+        assert!((score.percent() - 75.0).abs() < 1e-9);
+        assert!((MutantScore::default().percent() - 100.0).abs() < 1e-9);
+    }
+}

@@ -21,6 +21,14 @@
 //!   upstreams under hostile load for SECONDS (default 60; `e2e/soak.mjs`),
 //!   printing latency, errors, peak RSS and leaks as JSON; `--check` fails
 //!   on lost results, failed normal cells or leaked processes.
+//! - `mutants [FILE]... [--shard K/N]`: mutation testing (cargo-mutants,
+//!   pinned, installed into `target/tools`) of the security-critical files
+//!   in `mutants/critical.txt` (or those named), in place on the existing
+//!   build, each with the test targets that reach it; ends with one line
+//!   per file, `<path>: <caught>/<viable> caught (<percent> %)`, mutants
+//!   listed in `mutants/equivalent.txt` counted apart, and fails when a
+//!   file is under its minimum. `--shard K/N` runs every N-th mutant (a
+//!   bounded sample; no minimum applies).
 //! - `ci`: the whole test suite, exactly as CI runs it: rebuild the guest from
 //!   source, install the npm components, then format check, clippy (host and
 //!   guest) and all tests against the rebuilt module, the conformance
@@ -48,6 +56,7 @@ fn main() -> Result<()> {
         Some("npm") => npm_install(),
         Some("conformance") => conformance(&args[1..]),
         Some("soak") => soak(&args[1..]),
+        Some("mutants") => mutants(&args[1..]),
         Some("fuzz") => fuzz(
             args.get(1).map(String::as_str),
             args.get(2).map(String::as_str),
@@ -58,7 +67,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask build-guest | npm | ci | conformance [--only SCENARIO]... | guest-hash | fuzz [SECONDS] [TARGET] | soak [SECONDS] [--debug] [--check]"
+                "usage: cargo xtask build-guest | npm | ci | conformance [--only SCENARIO]... | guest-hash | fuzz [SECONDS] [TARGET] | soak [SECONDS] [--debug] [--check] | mutants [FILE]... [--shard K/N]"
             );
             std::process::exit(2);
         }
@@ -387,4 +396,146 @@ fn soak(args: &[String]) -> Result<()> {
         node.arg("--check");
     }
     run(&mut node)
+}
+
+/// The cargo-mutants release the scores are measured with.
+const CARGO_MUTANTS_VERSION: &str = "27.1.0";
+
+/// cargo-mutants in `target/tools`, installed (pinned, locked) when
+/// missing or another version.
+fn cargo_mutants(root: &Path) -> Result<std::path::PathBuf> {
+    let tools = root.join("target/tools");
+    let bin = tools.join("bin/cargo-mutants");
+    let installed = Command::new(&bin)
+        .args(["mutants", "--version"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_MUTANTS_VERSION))
+        .unwrap_or(false);
+    if !installed {
+        run(cargo()
+            .args(["install", "cargo-mutants", "--locked", "--version"])
+            .arg(CARGO_MUTANTS_VERSION)
+            .arg("--root")
+            .arg(&tools))?;
+    }
+    Ok(bin)
+}
+
+fn mutants(args: &[String]) -> Result<()> {
+    let root = workspace_root();
+    let read = |name: &str| {
+        std::fs::read_to_string(root.join(name)).with_context(|| format!("reading {name}"))
+    };
+    let critical =
+        xtask::parse_critical(&read("mutants/critical.txt")?).map_err(anyhow::Error::msg)?;
+    let equivalent =
+        xtask::parse_equivalent(&read("mutants/equivalent.txt")?).map_err(anyhow::Error::msg)?;
+    let shard_at = args.iter().position(|a| a == "--shard");
+    let shard = match shard_at {
+        Some(i) => Some(
+            args.get(i + 1)
+                .filter(|s| s.split_once('/').is_some())
+                .context("--shard needs K/N, e.g. 0/8 (every 8th mutant, starting with the first)")?,
+        ),
+        None => None,
+    };
+    let named: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| !a.starts_with("--") && shard_at.is_none_or(|s| *i != s + 1))
+        .map(|(_, a)| a)
+        .collect();
+    let files: Vec<&xtask::CriticalFile> = if named.is_empty() {
+        critical.iter().collect()
+    } else {
+        named
+            .iter()
+            .map(|name| {
+                critical.iter().find(|f| &f.path == *name).with_context(|| {
+                    format!(
+                        "{name} is not in mutants/critical.txt; the files are: {}",
+                        critical
+                            .iter()
+                            .map(|f| f.path.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+            })
+            .collect::<Result<_>>()?
+    };
+    let tool = cargo_mutants(&root)?;
+    let mut summary = Vec::new();
+    let mut under = Vec::new();
+    for file in files {
+        let out = root
+            .join("target/mutants")
+            .join(file.path.replace(['/', '.'], "_"));
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+        let mut cmd = Command::new(&tool);
+        cmd.current_dir(&root)
+            .args(["mutants", "--in-place", "--baseline", "skip", "--line-col", "false"])
+            // A mutant that hangs is caught by this; the slowest targets
+            // (the end-to-end suites) take about two minutes.
+            .args(["--timeout", "600"])
+            .args(["--test-workspace", "false", "--file", &file.path, "--output"])
+            .arg(&out);
+        for package in &file.packages {
+            cmd.args(["--test-package", package]);
+        }
+        for arg in &file.test_args {
+            cmd.arg(format!("--cargo-test-arg={arg}"));
+        }
+        if let Some(shard) = shard {
+            cmd.args(["--shard", shard, "--sharding", "round-robin"]);
+        }
+        // 0: all caught; 2: some missed; 3: some timed out (caught).
+        let status = cmd.status().context("running cargo-mutants")?;
+        if !matches!(status.code(), Some(0 | 2 | 3)) {
+            bail!("cargo-mutants failed on {} ({status})", file.path);
+        }
+        let list = |name: &str| {
+            std::fs::read_to_string(out.join("mutants.out").join(name)).unwrap_or_default()
+        };
+        let score = xtask::MutantScore::from_lists(
+            &list("caught.txt"),
+            &list("timeout.txt"),
+            &list("missed.txt"),
+            &list("unviable.txt"),
+            &equivalent,
+        );
+        for name in &score.missed {
+            println!("missed: {name}");
+        }
+        for name in &score.wrongly_listed {
+            println!("listed as equivalent but caught (remove it from mutants/equivalent.txt): {name}");
+        }
+        let line = format!(
+            "{}: {}/{} caught ({:.0} %){}",
+            file.path,
+            score.caught.len(),
+            score.viable(),
+            score.percent(),
+            if score.equivalent.is_empty() {
+                String::new()
+            } else {
+                format!(", {} equivalent", score.equivalent.len())
+            }
+        );
+        if shard.is_none() && score.percent() < f64::from(file.minimum) {
+            under.push(format!("{} (minimum {} %)", file.path, file.minimum));
+        }
+        summary.push(line);
+    }
+    println!();
+    for line in &summary {
+        println!("{line}");
+    }
+    if !under.is_empty() {
+        bail!("under their minimum: {}", under.join(", "));
+    }
+    Ok(())
 }
