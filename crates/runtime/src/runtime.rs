@@ -209,17 +209,22 @@ impl CodeModeRuntime {
 
     /// Every call awaiting approval in this process, in every session (for
     /// an operator; a session lists its own with
-    /// [`CodeModeSession::pending_approvals`]).
+    /// [`CodeModeSession::pending_approvals`]), and with a durable store
+    /// the held calls of every process sharing it (also of processes that
+    /// stopped). Reads the store: call it off async workers.
     pub fn pending_approvals(&self) -> Vec<crate::PendingApproval> {
         self.inner.approvals.list(None)
     }
 
     /// Decides a call awaiting approval in any session (for an operator;
     /// a session decides its own with [`CodeModeSession::approve`] /
-    /// [`CodeModeSession::deny`]).
+    /// [`CodeModeSession::deny`]); with a durable store, also a call held
+    /// by another process sharing it (the first decision anywhere wins).
+    /// May write to the store: call it off async workers.
     ///
     /// # Errors
-    /// [`crate::ApprovalError`] when no such call awaits approval.
+    /// [`crate::ApprovalError`] when no such call awaits approval, or the
+    /// store could not record the decision.
     pub fn decide_approval(
         &self,
         run_id: &str,
