@@ -203,6 +203,26 @@ pub fn parse_equivalent(text: &str) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
+/// A mutant's name without the line and column cargo-mutants puts after
+/// the file (`a.rs:12:5: replace …` → `a.rs: replace …`), so the list of
+/// equivalents survives edits above the mutated line.
+pub fn mutant_key(name: &str) -> String {
+    let name = name.trim();
+    let Some((file, rest)) = name.split_once(": ") else {
+        return name.to_owned();
+    };
+    let mut file = file;
+    for _ in 0..2 {
+        if let Some((head, tail)) = file.rsplit_once(':')
+            && !tail.is_empty()
+            && tail.bytes().all(|b| b.is_ascii_digit())
+        {
+            file = head;
+        }
+    }
+    format!("{file}: {rest}")
+}
+
 /// What the tests made of one file's mutants.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MutantScore {
@@ -233,9 +253,10 @@ impl MutantScore {
             text.lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
-                .map(str::to_owned)
+                .map(mutant_key)
                 .collect()
         };
+        let equivalent: Vec<String> = equivalent.iter().map(|e| mutant_key(e)).collect();
         let mut score = MutantScore {
             unviable: lines(unviable).len(),
             ..MutantScore::default()
@@ -277,23 +298,50 @@ mod mutant_tests {
 
     #[test]
     fn the_critical_list_and_the_equivalents_are_read_and_bad_lines_named() {
-        let files = parse_critical(
-            "# c\n\na.rs | 90 | p1, p2 | --lib --test t\n",
-        )
-        .unwrap();
+        let files = parse_critical("# c\n\na.rs | 90 | p1, p2 | --lib --test t\n").unwrap();
         assert_eq!(files[0].packages, ["p1", "p2"]);
         assert_eq!(files[0].test_args, ["--lib", "--test", "t"]);
-        assert!(parse_critical("a.rs | 90 | p").unwrap_err().contains("line 1"));
-        assert!(parse_critical("a.rs | 190 | p | x").unwrap_err().contains("0-100"));
+        assert!(
+            parse_critical("a.rs | 90 | p")
+                .unwrap_err()
+                .contains("line 1")
+        );
+        assert!(
+            parse_critical("a.rs | 190 | p | x")
+                .unwrap_err()
+                .contains("0-100")
+        );
         let eq = parse_equivalent("a.rs: replace x with y — same value\n").unwrap();
         assert_eq!(eq, ["a.rs: replace x with y"]);
-        assert!(parse_equivalent("a.rs: replace x with y\n").is_err(), "a reason is required");
+        assert!(
+            parse_equivalent("a.rs: replace x with y\n").is_err(),
+            "a reason is required"
+        );
+    }
+
+    #[test]
+    fn names_lose_line_and_column_only() {
+        assert_eq!(
+            mutant_key("a/b.rs:12:5: replace x with y"),
+            "a/b.rs: replace x with y"
+        );
+        assert_eq!(
+            mutant_key("a/b.rs: replace x with y"),
+            "a/b.rs: replace x with y"
+        );
+        assert_eq!(
+            mutant_key("a/b.rs:7: delete ! in f"),
+            "a/b.rs: delete ! in f"
+        );
+        let score = MutantScore::from_lists("", "", "a.rs:3:1: m\n", "", &["a.rs: m".to_owned()]);
+        assert_eq!(score.equivalent, ["a.rs: m"], "matched whatever the line");
     }
 
     #[test]
     fn equivalents_leave_the_viable_count_and_caught_ones_are_flagged() {
         let eq = vec!["f: m2".to_owned(), "f: m4".to_owned()];
-        let score = MutantScore::from_lists("f: m1\nf: m4\n", "f: m5\n", "f: m2\nf: m3\n", "f: u\n", &eq);
+        let score =
+            MutantScore::from_lists("f: m1\nf: m4\n", "f: m5\n", "f: m2\nf: m3\n", "f: u\n", &eq);
         assert_eq!(score.caught.len(), 3);
         assert_eq!(score.missed, ["f: m3"]);
         assert_eq!(score.equivalent, ["f: m2"]);

@@ -437,7 +437,9 @@ fn mutants(args: &[String]) -> Result<()> {
         Some(i) => Some(
             args.get(i + 1)
                 .filter(|s| s.split_once('/').is_some())
-                .context("--shard needs K/N, e.g. 0/8 (every 8th mutant, starting with the first)")?,
+                .context(
+                    "--shard needs K/N, e.g. 0/8 (every 8th mutant, starting with the first)",
+                )?,
         ),
         None => None,
     };
@@ -477,11 +479,24 @@ fn mutants(args: &[String]) -> Result<()> {
         std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
         let mut cmd = Command::new(&tool);
         cmd.current_dir(&root)
-            .args(["mutants", "--in-place", "--baseline", "skip", "--line-col", "false"])
+            .args([
+                "mutants",
+                "--in-place",
+                "--baseline",
+                "skip",
+                "--line-col",
+                "false",
+            ])
             // A mutant that hangs is caught by this; the slowest targets
             // (the end-to-end suites) take about two minutes.
             .args(["--timeout", "600"])
-            .args(["--test-workspace", "false", "--file", &file.path, "--output"])
+            .args([
+                "--test-workspace",
+                "false",
+                "--file",
+                &file.path,
+                "--output",
+            ])
             .arg(&out);
         for package in &file.packages {
             cmd.args(["--test-package", package]);
@@ -511,7 +526,9 @@ fn mutants(args: &[String]) -> Result<()> {
             println!("missed: {name}");
         }
         for name in &score.wrongly_listed {
-            println!("listed as equivalent but caught (remove it from mutants/equivalent.txt): {name}");
+            println!(
+                "listed as equivalent but caught (remove it from mutants/equivalent.txt): {name}"
+            );
         }
         let line = format!(
             "{}: {}/{} caught ({:.0} %){}",

@@ -265,6 +265,20 @@ mod tests {
         ToolDefinition::new(ToolSource::Mcp, "fs", name).with_annotations(annotations)
     }
 
+    /// The config's words are the modes, both ways; anything else is no
+    /// mode (the config reader then names the field and the choices).
+    #[test]
+    fn each_mode_is_read_from_its_own_word_and_no_other() {
+        let words: Vec<&str> = ApprovalMode::ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(words, ["never", "destructive", "writes", "always"]);
+        for mode in ApprovalMode::ALL {
+            assert_eq!(ApprovalMode::parse(mode.as_str()), Some(mode));
+        }
+        for other in ["", "Never", "xyzzy", "destructive "] {
+            assert_eq!(ApprovalMode::parse(other), None, "{other:?}");
+        }
+    }
+
     fn approval(policy: &ToolPolicy, tool: &ToolDefinition) -> Option<ApprovalReason> {
         let id = tool.id().unwrap();
         match policy.decide(tool, &id) {
