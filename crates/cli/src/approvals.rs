@@ -1,6 +1,6 @@
 //! `codemode approvals`: the operator endpoint from the command line.
 
-use std::process::ExitCode;
+use crate::Exit;
 
 use anyhow::{Context, Result};
 
@@ -8,7 +8,7 @@ use crate::{ApprovalsAction, admin_token, tokio_runtime};
 
 /// `codemode approvals ...`: one request to the operator endpoint; the
 /// answer is printed as JSON.
-pub(crate) fn approvals(action: ApprovalsAction, admin: Option<String>) -> Result<ExitCode> {
+pub(crate) fn approvals(action: ApprovalsAction, admin: Option<String>) -> Result<Exit> {
     let admin = admin.ok_or_else(|| {
         anyhow::anyhow!(
             "--admin URL is required (the gateway's operator endpoint, e.g. http://127.0.0.1:9090)"
@@ -45,13 +45,13 @@ pub(crate) fn approvals(action: ApprovalsAction, admin: Option<String>) -> Resul
         let body = response.text().await.context("reading the answer")?;
         println!("{body}");
         Ok(if status.is_success() {
-            ExitCode::SUCCESS
+            Exit::SUCCESS
         } else {
             crate::logs::say(
                 tracing::Level::ERROR,
                 &format!("the operator endpoint answered {status}"),
             );
-            ExitCode::from(1)
+            Exit::from(1)
         })
     })
 }

@@ -1,14 +1,14 @@
 //! `codemode catalog`: the hidden catalog of the configured servers.
 
+use crate::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Result;
 use codemode_mcp::Upstreams;
 
 use crate::{load_config, print_diagnostics, report_down, tokio_runtime};
 
-pub(crate) fn catalog(config: &PathBuf) -> Result<ExitCode> {
+pub(crate) fn catalog(config: &PathBuf) -> Result<Exit> {
     let (config, diagnostics) = load_config(Some(config), None)?;
     print_diagnostics(&diagnostics);
     let tokio = tokio_runtime()?;
@@ -34,9 +34,9 @@ pub(crate) fn catalog(config: &PathBuf) -> Result<ExitCode> {
         // A server that is down is not a catalog: say so in the exit code
         // too (its reason is on stderr, the others' tools on stdout).
         Ok(if down == 0 {
-            ExitCode::SUCCESS
+            Exit::SUCCESS
         } else {
-            ExitCode::from(1)
+            Exit::from(1)
         })
     })
 }

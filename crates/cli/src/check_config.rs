@@ -2,8 +2,8 @@
 //! `--offline`) what its approval settings do to the tools the configured
 //! servers really offer.
 
+use crate::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use codemode_mcp::config::parse_config_for_agent;
@@ -12,7 +12,7 @@ use codemode_runtime::{ApprovalMode, ApprovalReason, CatalogEntry};
 
 use crate::{environment, report_down, tokio_runtime};
 
-pub(crate) fn check_config(path: &PathBuf, offline: bool, agent: Option<&str>) -> Result<ExitCode> {
+pub(crate) fn check_config(path: &PathBuf, offline: bool, agent: Option<&str>) -> Result<Exit> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config {}", path.display()))?;
     let config = match parse_config_for_agent(&text, &environment, agent) {
@@ -47,11 +47,11 @@ pub(crate) fn check_config(path: &PathBuf, offline: bool, agent: Option<&str>) -
             for e in &problems.errors {
                 println!("{}: {e}", path.display());
             }
-            return Ok(ExitCode::from(1));
+            return Ok(Exit::from(1));
         }
     };
     if offline || config.servers.is_empty() {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::SUCCESS);
     }
     let configured = config.approvals;
     let (entries, down) = served_tools(config)?;
@@ -60,9 +60,9 @@ pub(crate) fn check_config(path: &PathBuf, offline: bool, agent: Option<&str>) -
     // A server that did not start offered no tools to count: the check
     // is incomplete, so it does not pass.
     Ok(if down == 0 {
-        ExitCode::SUCCESS
+        Exit::SUCCESS
     } else {
-        ExitCode::from(1)
+        Exit::from(1)
     })
 }
 

@@ -5,22 +5,22 @@
 //! Approvals have no client to ask: calls needing one are refused, or,
 //! with `--follow --approve`, approved.
 
+use crate::Exit;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use codemode_mcp::config::{StoreSetting, parse_config_for_agent};
 use codemode_mcp::gateway::local::LocalSession;
-use codemode_mcp::{Gateway, GatewayConfig, GatewayError, GatewayOptions, Upstreams};
+use codemode_mcp::{Gateway, GatewayConfig, GatewayError, GatewayOptions};
 use codemode_runtime::{
-    ApprovalDecision, ApprovalFuture, ApprovalRequest, Approver, Catalog, CodeModeResult,
-    RunContext, ToolDefinition, ToolPolicy, ToolSource,
+    ApprovalDecision, ApprovalFuture, ApprovalRequest, Approver, CodeModeResult, RunContext,
+    ToolPolicy,
 };
 
 use crate::tools_file::ToolsFile;
-use crate::{LanguageArg, environment, print_diagnostics, report_down, tokio_runtime, tools_file};
+use crate::{LanguageArg, environment, print_diagnostics, report_down, tokio_runtime};
 
 /// What `exec` and `wait` share: where the session's tools, settings and
 /// waiting runs come from, and how results are followed.
@@ -112,7 +112,7 @@ pub(crate) fn load_tools(path: Option<&Path>) -> Result<ToolsFile> {
     ToolsFile::parse(&text).map_err(|e| anyhow::anyhow!("tools file {}: {e}", path.display()))
 }
 
-pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
+pub(crate) fn exec(args: ExecArgs) -> Result<Exit> {
     let ExecArgs {
         session,
         language,
@@ -126,7 +126,7 @@ pub(crate) fn exec(args: ExecArgs) -> Result<ExitCode> {
     run(session, Work::Exec { code, language })
 }
 
-pub(crate) fn wait(args: WaitArgs) -> Result<ExitCode> {
+pub(crate) fn wait(args: WaitArgs) -> Result<Exit> {
     run(
         args.session,
         Work::Wait {
@@ -142,7 +142,7 @@ fn load(
     path: Option<&Path>,
     agent: Option<&str>,
     language: &str,
-) -> std::result::Result<GatewayConfig, Result<ExitCode>> {
+) -> std::result::Result<GatewayConfig, Result<Exit>> {
     let Some(path) = path else {
         return Ok(GatewayConfig::default());
     };
@@ -160,12 +160,12 @@ fn load(
                 format!("config {}: {problems}", path.display()),
                 codemode_runtime::Telemetry::refused(language),
             );
-            Err(print_result(&failed).map(|()| ExitCode::from(1)))
+            Err(print_result(&failed).map(|()| Exit::from(1)))
         }
     }
 }
 
-fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
+fn run(args: SessionArgs, work: Work) -> Result<Exit> {
     let SessionArgs {
         config,
         agent,
@@ -206,7 +206,7 @@ fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
             Ok(gateway) => gateway,
             Err(failed) => {
                 print_result(&failed)?;
-                return Ok(ExitCode::from(1));
+                return Ok(Exit::from(1));
             }
         };
         gateway.wait_ready().await;
@@ -215,10 +215,14 @@ fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
         let tools = if tools.definitions().is_empty() {
             None
         } else {
-            let catalog = catalog_with_mcp(&tools, gateway.upstreams(), &policy)?;
-            let executor =
-                tools_file::combined(tools.executor(), gateway.upstreams().executor());
-            Some((catalog, executor))
+            let joined = codemode_mcp::gateway::local::with_upstream_tools(
+                gateway.upstreams(),
+                tools.definitions(),
+                tools.executor(),
+                &policy,
+            )
+            .map_err(|e| anyhow::anyhow!("tools file: {e}"))?;
+            Some(joined)
         };
         let approver: Option<Arc<dyn Approver>> = match approve {
             // Calls wait; the loop below approves them.
@@ -237,7 +241,7 @@ fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
             Err(refused) => {
                 print_result(&refused.to_result())?;
                 gateway.shutdown();
-                return Ok(ExitCode::from(1));
+                return Ok(Exit::from(1));
             }
         };
         let options = codemode_runtime::CallOptions::default;
@@ -287,8 +291,8 @@ fn run(args: SessionArgs, work: Work) -> Result<ExitCode> {
         gateway.shutdown();
         drop(session);
         Ok(match result {
-            CodeModeResult::Failed { .. } => ExitCode::from(1),
-            _ => ExitCode::SUCCESS,
+            CodeModeResult::Failed { .. } => Exit::from(1),
+            _ => Exit::SUCCESS,
         })
     });
     // Calls still running stop with the process (a later `wait` gets
@@ -371,30 +375,6 @@ impl Approver for NoOneToAsk {
         );
         Box::pin(std::future::ready(Some(ApprovalDecision::Deny { reason })))
     }
-}
-
-/// The scripted tools and the configured servers' tools in one catalog.
-fn catalog_with_mcp(
-    tools: &ToolsFile,
-    upstreams: &Upstreams,
-    policy: &ToolPolicy,
-) -> Result<Catalog> {
-    let mut definitions = tools.definitions();
-    let mut mcp_servers = Vec::new();
-    let mcp_catalog = upstreams.catalog();
-    for server in mcp_catalog.mcp().servers() {
-        mcp_servers.push(server.info.clone());
-        for tool in &server.tools {
-            definitions.push(
-                ToolDefinition::new(ToolSource::Mcp, &server.info.name, &tool.entry.name)
-                    .with_description(&tool.entry.description)
-                    .with_parameters(tool.entry.parameters.clone())
-                    .with_annotations(tool.entry.annotations.clone()),
-            );
-        }
-    }
-    Catalog::build_with_mcp_servers(definitions, policy, &mcp_servers)
-        .map_err(|e| anyhow::anyhow!("tools file: {e}"))
 }
 
 /// The cell: from `file`, or stdin for none or `-`.

@@ -1,7 +1,7 @@
 //! `codemode login` / `codemode logout`: OAuth for an upstream server.
 
+use crate::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
@@ -26,12 +26,7 @@ pub(crate) fn configured_server(
         })
 }
 
-pub(crate) fn login(
-    name: &str,
-    path: &PathBuf,
-    no_browser: bool,
-    timeout: u64,
-) -> Result<ExitCode> {
+pub(crate) fn login(name: &str, path: &PathBuf, no_browser: bool, timeout: u64) -> Result<Exit> {
     let server = configured_server(name, path)?;
     let data_dir = codemode_mcp::data_dir::data_dir().map_err(anyhow::Error::msg)?;
     let tokio = tokio_runtime()?;
@@ -53,7 +48,7 @@ pub(crate) fn login(
         // The flow failed (not the usage): exit status 1.
         Err(e) => {
             crate::logs::say(tracing::Level::ERROR, &e.to_string());
-            return Ok(ExitCode::from(1));
+            return Ok(Exit::from(1));
         }
     };
     crate::logs::say(
@@ -64,7 +59,7 @@ pub(crate) fn login(
             logged_in.token_file.display()
         ),
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::SUCCESS)
 }
 
 /// Best effort: the URL is printed anyway.
@@ -88,7 +83,7 @@ pub(crate) fn open_browser(url: &str) {
     }
 }
 
-pub(crate) fn logout(name: &str, path: &PathBuf) -> Result<ExitCode> {
+pub(crate) fn logout(name: &str, path: &PathBuf) -> Result<Exit> {
     let server = configured_server(name, path)?;
     let data_dir = codemode_mcp::data_dir::data_dir().map_err(anyhow::Error::msg)?;
     if codemode_mcp::login::logout(&server, data_dir)? {
@@ -102,5 +97,5 @@ pub(crate) fn logout(name: &str, path: &PathBuf) -> Result<ExitCode> {
             &format!("`{name}` had no stored token"),
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::SUCCESS)
 }

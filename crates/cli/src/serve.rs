@@ -1,7 +1,7 @@
 //! `codemode serve`: the gateway over stdio or HTTP, with its side listeners.
 
+use crate::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Result;
 use codemode_mcp::{Gateway, GatewayConfig, GatewayOptions};
@@ -21,7 +21,7 @@ pub(crate) fn serve(
     agent: Option<&str>,
     listeners: Listeners,
     options: GatewayOptions,
-) -> Result<ExitCode> {
+) -> Result<Exit> {
     let (config, diagnostics) = load_config(Some(config), agent)?;
     print_diagnostics(&diagnostics);
     if config.code_mode_given && !config.code_mode.enabled {
@@ -109,7 +109,7 @@ pub(crate) fn serve(
                     .await?
             }
         }
-        Ok(ExitCode::SUCCESS)
+        Ok(Exit::SUCCESS)
     });
     // A stdio read cannot be cancelled: do not wait for it (nor for any
     // other task) once serving has stopped. Dropped tasks kill upstream

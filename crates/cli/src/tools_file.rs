@@ -229,34 +229,6 @@ impl ToolExecutor for FileExecutor {
     }
 }
 
-/// Runs scripted tools with `scripted` and MCP tools (and MCP resource and
-/// prompt requests) with `mcp`.
-pub fn combined(
-    scripted: Arc<dyn ToolExecutor>,
-    mcp: Arc<dyn ToolExecutor>,
-) -> Arc<dyn ToolExecutor> {
-    Arc::new(Combined { scripted, mcp })
-}
-
-struct Combined {
-    scripted: Arc<dyn ToolExecutor>,
-    mcp: Arc<dyn ToolExecutor>,
-}
-
-impl ToolExecutor for Combined {
-    fn call(&self, call: NestedCall) -> ToolFuture {
-        if call.tool.source == ToolSource::Mcp {
-            self.mcp.call(call)
-        } else {
-            self.scripted.call(call)
-        }
-    }
-
-    fn mcp_request(&self, request: codemode_runtime::McpServerCall) -> ToolFuture {
-        self.mcp.mcp_request(request)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

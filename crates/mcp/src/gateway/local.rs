@@ -7,11 +7,13 @@
 use std::sync::Arc;
 
 use codemode_runtime::{
-    Approver, Catalog, CodeModeSession, PayloadError, PayloadShape, RunContext, ToolExecutor,
-    ToolHooks,
+    Approver, Catalog, CatalogError, CodeModeSession, McpServerCall, NestedCall, PayloadError,
+    PayloadShape, RunContext, ToolDefinition, ToolExecutor, ToolFuture, ToolHooks, ToolPolicy,
+    ToolSource,
 };
 
 use super::Gateway;
+use crate::Upstreams;
 
 /// What a [`Gateway::local_session`] runs with besides the gateway's own.
 pub struct LocalSession {
@@ -125,5 +127,60 @@ impl Gateway {
             &serde_json::json!({ "tools": tools }),
         )?;
         Ok(session)
+    }
+}
+
+/// The caller's own tools (`definitions`, run by `executor`) and the
+/// upstream servers' tools in one catalog and one executor, for a
+/// [`LocalSession`]: MCP calls and resource/prompt requests go to the
+/// upstreams, every other call to `executor`.
+///
+/// # Errors
+/// [`CatalogError`] when the definitions do not make a catalog (a
+/// duplicate id, a bad name).
+pub fn with_upstream_tools(
+    upstreams: &Arc<Upstreams>,
+    mut definitions: Vec<ToolDefinition>,
+    executor: Arc<dyn ToolExecutor>,
+    policy: &ToolPolicy,
+) -> Result<(Catalog, Arc<dyn ToolExecutor>), CatalogError> {
+    let mut mcp_servers = Vec::new();
+    let mcp_catalog = upstreams.catalog();
+    for server in mcp_catalog.mcp().servers() {
+        mcp_servers.push(server.info.clone());
+        for tool in &server.tools {
+            definitions.push(
+                ToolDefinition::new(ToolSource::Mcp, &server.info.name, &tool.entry.name)
+                    .with_description(&tool.entry.description)
+                    .with_parameters(tool.entry.parameters.clone())
+                    .with_annotations(tool.entry.annotations.clone()),
+            );
+        }
+    }
+    let catalog = Catalog::build_with_mcp_servers(definitions, policy, &mcp_servers)?;
+    let executor = Arc::new(Combined {
+        own: executor,
+        mcp: upstreams.executor(),
+    });
+    Ok((catalog, executor))
+}
+
+/// MCP calls to the upstreams, the rest to the caller's executor.
+struct Combined {
+    own: Arc<dyn ToolExecutor>,
+    mcp: Arc<dyn ToolExecutor>,
+}
+
+impl ToolExecutor for Combined {
+    fn call(&self, call: NestedCall) -> ToolFuture {
+        if call.tool.source == ToolSource::Mcp {
+            self.mcp.call(call)
+        } else {
+            self.own.call(call)
+        }
+    }
+
+    fn mcp_request(&self, request: McpServerCall) -> ToolFuture {
+        self.mcp.mcp_request(request)
     }
 }
