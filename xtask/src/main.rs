@@ -29,11 +29,23 @@
 //!   listed in `mutants/equivalent.txt` counted apart, and fails when a
 //!   file is under its minimum. `--shard K/N` runs every N-th mutant (a
 //!   bounded sample; no minimum applies).
+//! - `package npm [--release]`: the npm package of `bindings/node` (the
+//!   native addon built for this machine, stripped of line tables) packed
+//!   into `target/package/codemode-<version>.tgz`.
+//! - `test-npm [--release]`: that tarball installed into a fresh project
+//!   (`target/package/test-project`, dependencies pinned by
+//!   `bindings/node/test/package.json`) and its tests run there: the
+//!   in-process API, the AI SDK and OpenAI Agents adapters, the bin and
+//!   every client config of the README with a real MCP client, and
+//!   `tsc --strict` over the declarations.
 //! - `ci`: the whole test suite, exactly as CI runs it: rebuild the guest from
 //!   source, install the npm components, then format check, clippy (host and
-//!   guest) and all tests against the rebuilt module, the conformance
+//!   guest) and all tests against the rebuilt module, the npm package's
+//!   tests (`test-npm`), the conformance
 //!   suite, a 10 s soak and a 3-round pass of the side-by-side gateway
 //!   bench.
+
+mod package;
 
 use std::path::Path;
 use std::process::Command;
@@ -57,6 +69,18 @@ fn main() -> Result<()> {
         Some("conformance") => conformance(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
+        Some("package") => match args.get(1).map(String::as_str) {
+            Some("npm") => package::package_npm(package::release_flag(
+                &args[2..],
+                "cargo xtask package npm [--release]",
+            )?)
+            .map(|_| ()),
+            _ => bail!("usage: cargo xtask package npm [--release]"),
+        },
+        Some("test-npm") => package::test_npm(package::release_flag(
+            &args[1..],
+            "cargo xtask test-npm [--release]",
+        )?),
         Some("fuzz") => fuzz(
             args.get(1).map(String::as_str),
             args.get(2).map(String::as_str),
@@ -67,7 +91,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask build-guest | npm | ci | conformance [--only SCENARIO]... | guest-hash | fuzz [SECONDS] [TARGET] | soak [SECONDS] [--debug] [--check] | mutants [FILE]... [--shard K/N]"
+                "usage: cargo xtask build-guest | npm | ci | conformance [--only SCENARIO]... | guest-hash | fuzz [SECONDS] [TARGET] | soak [SECONDS] [--debug] [--check] | mutants [FILE]... [--shard K/N] | package npm [--release] | test-npm [--release]"
             );
             std::process::exit(2);
         }
@@ -240,6 +264,9 @@ fn ci() -> Result<()> {
         ]))?;
     }
     run(cargo().current_dir(&root).args(["test", "--locked"]))?;
+    // The npm package as a user installs it (a few minutes: the addon
+    // links against the crates `cargo test` just built).
+    package::test_npm(false)?;
     // Both sides of the official MCP conformance suite (about a minute).
     conformance(&[])?;
     // A short soak of the debug gateway under hostile load; the long one

@@ -24,7 +24,8 @@ use serde_json::{Value, json};
 pub(crate) type JsAsync = ThreadsafeFunction<String, Promise<String>, String, Status, false, true>;
 
 /// A JS `(json: string) => void`, called without waiting.
-pub(crate) type JsNotify = ThreadsafeFunction<String, Unknown<'static>, String, Status, false, true>;
+pub(crate) type JsNotify =
+    ThreadsafeFunction<String, Unknown<'static>, String, Status, false, true>;
 
 /// Calls `callback` with `argument` and parses its JSON answer; `Err` says
 /// what went wrong, fit for the model.
@@ -34,7 +35,8 @@ async fn ask(callback: &JsAsync, argument: String) -> Result<Value, String> {
         .await
         .map_err(|e| format!("the JavaScript callback could not be called: {e}"))?;
     let text = promise.await.map_err(|e| e.reason.clone())?;
-    serde_json::from_str(&text).map_err(|e| format!("the JavaScript callback answered no JSON: {e}"))
+    serde_json::from_str(&text)
+        .map_err(|e| format!("the JavaScript callback answered no JSON: {e}"))
 }
 
 /// Runs the user's JS tools: `{ tool, input, callId, parentCallId,

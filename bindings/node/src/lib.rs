@@ -50,7 +50,10 @@ impl Options {
     fn parse(text: &str) -> Result<Options> {
         let options: Value =
             serde_json::from_str(text).map_err(|e| error(format!("options: {e}")))?;
-        let document = options.get("document").cloned().unwrap_or_else(|| json!({}));
+        let document = options
+            .get("document")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
         let store = match options.get("store") {
             None | Some(Value::Null) => StoreSetting::Memory,
             Some(Value::String(s)) => {

@@ -1,0 +1,168 @@
+//! `package npm [--release]`: the npm package of `bindings/node` as a
+//! tarball under `target/package/`; `test-npm [--release]`: that tarball
+//! installed into a fresh project with the pinned dependencies of
+//! `bindings/node/test/package.json`, and its tests run there.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use xtask::workspace_root;
+
+use crate::{cargo, have, run};
+
+/// The package's files besides the addon (`files` of its package.json).
+const PACKAGE_FILES: &[&str] = &[
+    "index.js",
+    "index.d.ts",
+    "native.js",
+    "README.md",
+    "bin/codemode.js",
+    "adapters/ai.js",
+    "adapters/ai.d.ts",
+    "adapters/openai-agents.js",
+    "adapters/openai-agents.d.ts",
+];
+
+/// The test project's files, from `bindings/node/test/`.
+const TEST_FILES: &[&str] = &[
+    "api.test.mjs",
+    "adapters.test.mjs",
+    "clients.test.mjs",
+    "types.ts",
+    "tsconfig.json",
+];
+
+fn profile(release: bool) -> &'static str {
+    if release { "release" } else { "debug" }
+}
+
+/// npm's names for this machine (`process.platform`, `process.arch`).
+fn npm_platform() -> (&'static str, &'static str) {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "x64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    (std::env::consts::OS, arch)
+}
+
+/// Builds the addon and packs the package; returns the tarball's path.
+pub(crate) fn package_npm(release: bool) -> Result<PathBuf> {
+    let root = workspace_root();
+    let mut build = cargo();
+    build
+        .current_dir(&root)
+        .args(["build", "--locked", "-p", "codemode-node"]);
+    if release {
+        build.arg("--release");
+    }
+    run(&mut build)?;
+    let source = root.join("bindings/node");
+    let out = root.join("target/package");
+    let staging = out.join("npm/codemode");
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging)?;
+    }
+    for file in PACKAGE_FILES {
+        let to = staging.join(file);
+        std::fs::create_dir_all(to.parent().context("no parent")?)?;
+        std::fs::copy(source.join(file), &to)
+            .with_context(|| format!("copying bindings/node/{file}"))?;
+    }
+    // The addon of this machine: say so in the manifest, so npm refuses it
+    // elsewhere with a clear message instead of a load error.
+    let manifest = std::fs::read_to_string(source.join("package.json"))?;
+    let mut manifest: serde_json::Value = serde_json::from_str(&manifest)?;
+    let (os, cpu) = npm_platform();
+    manifest["os"] = serde_json::json!([os]);
+    manifest["cpu"] = serde_json::json!([cpu]);
+    std::fs::write(
+        staging.join("package.json"),
+        serde_json::to_string_pretty(&manifest)?,
+    )?;
+    let addon = staging.join("codemode.node");
+    let built = root.join(format!("target/{}/libcodemode_node.so", profile(release)));
+    std::fs::copy(&built, &addon).with_context(|| format!("copying {}", built.display()))?;
+    // Line tables are for debugging the workspace, not for users: about a
+    // third of a debug addon.
+    if have("strip") {
+        run(Command::new("strip").arg("--strip-debug").arg(&addon))?;
+    }
+    run(Command::new("npm")
+        .current_dir(&staging)
+        .args(["pack", "--silent", "--pack-destination"])
+        .arg(&out))?;
+    let version = manifest["version"]
+        .as_str()
+        .context("package.json has no version")?;
+    let tarball = out.join(format!("codemode-{version}.tgz"));
+    if !tarball.exists() {
+        bail!("npm pack did not write {}", tarball.display());
+    }
+    let size = std::fs::metadata(&tarball)?.len();
+    eprintln!("xtask: wrote {} ({size} bytes)", tarball.display());
+    Ok(tarball)
+}
+
+/// Packs, installs into a fresh project, runs the package's tests there.
+pub(crate) fn test_npm(release: bool) -> Result<()> {
+    let root = workspace_root();
+    let tarball = package_npm(release)?;
+    // The cargo route of the README's client configs uses the binary.
+    let mut build = cargo();
+    build
+        .current_dir(&root)
+        .args(["build", "--locked", "-p", "codemode"]);
+    if release {
+        build.arg("--release");
+    }
+    run(&mut build)?;
+    let project = root.join("target/package/test-project");
+    if project.exists() {
+        std::fs::remove_dir_all(&project)?;
+    }
+    std::fs::create_dir_all(&project)?;
+    let tests = root.join("bindings/node/test");
+    let manifest = std::fs::read_to_string(tests.join("package.json"))?;
+    let mut manifest: serde_json::Value = serde_json::from_str(&manifest)?;
+    manifest["dependencies"]["codemode"] =
+        serde_json::Value::String(format!("file:{}", tarball.display()));
+    std::fs::write(
+        project.join("package.json"),
+        serde_json::to_string_pretty(&manifest)?,
+    )?;
+    for file in TEST_FILES {
+        std::fs::copy(tests.join(file), project.join(file))
+            .with_context(|| format!("copying bindings/node/test/{file}"))?;
+    }
+    run(Command::new("npm").current_dir(&project).args([
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel",
+        "error",
+    ]))?;
+    run(Command::new("node")
+        .current_dir(&project)
+        .args(["--test", "--test-concurrency=1"])
+        .args(TEST_FILES.iter().filter(|f| f.ends_with(".test.mjs")))
+        .env("CODEMODE_README", root.join("README.md"))
+        .env(
+            "CODEMODE_BIN",
+            root.join(format!("target/{}/codemode", profile(release))),
+        ))?;
+    run(Command::new(project.join("node_modules/.bin/tsc"))
+        .current_dir(&project)
+        .args(["-p", "tsconfig.json"]))?;
+    Ok(())
+}
+
+/// `package npm [--release]` / `test-npm [--release]` arguments.
+pub(crate) fn release_flag(args: &[String], usage: &str) -> Result<bool> {
+    match args {
+        [] => Ok(false),
+        [flag] if flag == "--release" => Ok(true),
+        _ => bail!("usage: {usage}"),
+    }
+}
