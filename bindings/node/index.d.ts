@@ -97,8 +97,24 @@ export type McpServerConfig =
   | { command: string; args?: string[]; env?: Record<string, string>; cwd?: string; [key: string]: unknown }
   | { url: string; headers?: Record<string, string>; [key: string]: unknown };
 
+/** A tool the runtime answers itself, without calling JS (tests, mocks, demos): the `--tools` file format of `codemode exec`. */
+export interface ScriptedTool {
+  source: "client" | "plugin" | "openclaw";
+  name: string;
+  owner?: string;
+  description?: string;
+  parameters?: Record<string, unknown>;
+  /** Exactly one of result, echoInput, error. */
+  result?: Json;
+  echoInput?: true;
+  error?: string;
+  delayMs?: number;
+  needsApproval?: boolean;
+}
+
 export interface CodeModeOptions {
   tools?: Tool[];
+  scripted?: ScriptedTool[];
   mcpServers?: Record<string, McpServerConfig>;
   config?: CodeModeConfig;
   /** Where waiting runs are kept: `"memory"` (default), `"file:PATH"` or `"redis://HOST:PORT/DB"`. */

@@ -47,12 +47,11 @@ function message(error) {
   return String(error);
 }
 
-/** Calls one JS tool for the runtime: JSON in, `{ ok }` / `{ error }` out. */
+/** Calls one JS tool for the runtime: JSON in; the answer, `{ ok }` or `{ error }`, goes back by `completeToolCall`. */
 function dispatcher(byId) {
-  return async (json) => {
-    const call = JSON.parse(json);
+  const answer = async (call) => {
     const tool = byId.get(call.toolId);
-    if (!tool) return JSON.stringify({ error: `no JavaScript tool ${call.toolId}` });
+    if (!tool) return { error: `no JavaScript tool ${call.toolId}` };
     let value;
     try {
       value = await tool.execute(call.input, {
@@ -62,13 +61,21 @@ function dispatcher(byId) {
         context: call.context,
       });
     } catch (e) {
-      return JSON.stringify({ error: message(e) });
+      return { error: message(e) };
     }
-    try {
-      return JSON.stringify(value === undefined ? {} : { ok: value });
-    } catch (e) {
-      return JSON.stringify({ error: `the tool's result is not JSON: ${message(e)}` });
-    }
+    return value === undefined ? {} : { ok: value };
+  };
+  return (json) => {
+    const call = JSON.parse(json);
+    answer(call).then((result) => {
+      let text;
+      try {
+        text = JSON.stringify(result);
+      } catch (e) {
+        text = JSON.stringify({ error: `the tool's result is not JSON: ${message(e)}` });
+      }
+      native.completeToolCall(call.token, text);
+    });
   };
 }
 
@@ -118,7 +125,7 @@ export class CodeMode {
 
   /** Starts opening at once; `await cm.ready()` (or use `CodeMode.create`) to see errors early. */
   constructor(options = {}) {
-    const { tools = [], mcpServers, config, store, agentId, sessionId, owner, approve, beforeToolCall, onProgress } = options;
+    const { tools = [], scripted, mcpServers, config, store, agentId, sessionId, owner, approve, beforeToolCall, onProgress } = options;
     const byId = checkTools(tools);
     for (const [name, fn] of Object.entries({ approve, beforeToolCall, onProgress })) {
       if (fn !== undefined && typeof fn !== "function") throw new TypeError(`CodeMode: options.${name} must be a function`);
@@ -129,10 +136,13 @@ export class CodeMode {
     if (mcpServers !== undefined && (mcpServers === null || typeof mcpServers !== "object" || Array.isArray(mcpServers))) {
       throw new TypeError("CodeMode: options.mcpServers must be an object { name: server }");
     }
+    if (scripted !== undefined && !Array.isArray(scripted)) {
+      throw new TypeError("CodeMode: options.scripted must be an array of scripted tools ({ source, name, result | echoInput | error, delayMs? })");
+    }
     this.#onProgress = onProgress;
     const definitions = [...byId.values()].map(({ execute: _execute, ...definition }) => definition);
     const document = { tools: { codeMode: config ?? {} }, mcpServers: mcpServers ?? {} };
-    const json = JSON.stringify({ document, tools: definitions, store, agentId, sessionId, owner });
+    const json = JSON.stringify({ document, tools: definitions, scripted, store, agentId, sessionId, owner });
     this.#opening = native
       .open(json, dispatcher(byId), approve && approver(approve), beforeToolCall && hook(beforeToolCall))
       .then((n) => {

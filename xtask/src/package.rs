@@ -31,6 +31,7 @@ const TEST_FILES: &[&str] = &[
     "clients.test.mjs",
     "types.ts",
     "tsconfig.json",
+    "bench.mjs",
 ];
 
 fn profile(release: bool) -> &'static str {

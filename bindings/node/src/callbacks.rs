@@ -7,7 +7,9 @@
 //! JS API. A callback that throws, rejects or answers something else
 //! fails closed: a tool call fails, an approval is denied, a hook blocks.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use codemode_runtime::{
     ApprovalDecision, ApprovalFuture, ApprovalRequest, Approver, HookDecision, HookFuture,
@@ -18,6 +20,7 @@ use napi::Status;
 use napi::bindgen_prelude::{Promise, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
 /// A JS `async (json: string) => string`, unref'd: it does not keep Node
 /// alive by itself (a pending `exec` does).
@@ -39,16 +42,54 @@ async fn ask(callback: &JsAsync, argument: String) -> Result<Value, String> {
         .map_err(|e| format!("the JavaScript callback answered no JSON: {e}"))
 }
 
-/// Runs the user's JS tools: `{ tool, input, callId, parentCallId,
-/// context }` in, `{ ok: value }` or `{ error: message }` out.
+/// Tool calls the JS side has not answered yet, by token. A call's
+/// future removes its entry when it ends or is dropped (cancelled), so a
+/// late `complete` finds nothing and is ignored.
+static PENDING: LazyLock<Mutex<HashMap<u64, oneshot::Sender<String>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+static TOKENS: AtomicU64 = AtomicU64::new(0);
+
+/// Hands the JS answer of tool call `token` to the waiting call. Called
+/// on Node's thread (synchronously from JS): the answer goes straight to
+/// the call's future, with no promise to resolve on the way back.
+pub(crate) fn complete(token: u64, answer: String) -> bool {
+    let sender = PENDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(&token);
+    sender.is_some_and(|s| s.send(answer).is_ok())
+}
+
+/// Removes a call's entry when its future ends or is dropped.
+struct Registered(u64);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        PENDING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.0);
+    }
+}
+
+/// Runs the user's JS tools: `{ token, tool, toolId, input, callId,
+/// parentCallId, context }` goes to the JS dispatcher, which answers
+/// `complete(token, '{ "ok": value }' | '{ "error": message }')`.
 pub(crate) struct JsTools {
-    pub(crate) dispatch: Arc<JsAsync>,
+    pub(crate) dispatch: Arc<JsNotify>,
 }
 
 impl ToolExecutor for JsTools {
     fn call(&self, call: NestedCall) -> ToolFuture {
-        let dispatch = Arc::clone(&self.dispatch);
+        let token = TOKENS.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = oneshot::channel();
+        PENDING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(token, sender);
+        let registered = Registered(token);
         let argument = json!({
+            "token": token,
             "tool": call.tool.name,
             "toolId": call.tool.id,
             "input": call.input,
@@ -57,8 +98,22 @@ impl ToolExecutor for JsTools {
             "context": *call.context,
         })
         .to_string();
+        let status = self
+            .dispatch
+            .call(argument, ThreadsafeFunctionCallMode::NonBlocking);
         Box::pin(async move {
-            let answer = ask(&dispatch, argument).await.map_err(ToolCallError::new)?;
+            let _registered = registered;
+            if status != Status::Ok {
+                return Err(ToolCallError::new(format!(
+                    "the JavaScript tool could not be called ({status}): the CodeMode instance is closing"
+                )));
+            }
+            let text = receiver.await.map_err(|_| {
+                ToolCallError::new("the JavaScript tool never answered (its CodeMode was closed)")
+            })?;
+            let answer: Value = serde_json::from_str(&text).map_err(|e| {
+                ToolCallError::new(format!("the tool bridge answered no JSON: {e}"))
+            })?;
             match answer {
                 Value::Object(mut map) => {
                     if let Some(error) = map.remove("error") {

@@ -10,14 +10,17 @@
 
 mod callbacks;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use codemode::tools_file::ToolsFile;
 use codemode_mcp::config::{StoreSetting, parse_config_for_agent};
 use codemode_mcp::gateway::local::{LocalSession, local_owner, with_upstream_tools};
 use codemode_mcp::{Gateway, GatewayError, GatewayOptions};
 use codemode_runtime::{
-    Approver, CallOptions, CodeModeSession, RunContext, ToolDefinition, ToolPolicy, ToolSource,
+    Approver, CallOptions, CodeModeSession, NestedCall, RunContext, ToolDefinition, ToolExecutor,
+    ToolFuture, ToolPolicy, ToolSource,
 };
 use napi::bindgen_prelude::{Error, Result};
 use napi_derive::napi;
@@ -25,12 +28,36 @@ use serde_json::{Value, json};
 
 use crate::callbacks::{JsApprover, JsAsync, JsHooks, JsNotify, JsProgress, JsTools};
 
+/// Scripted tools (answered by the runtime, no JS) by id; the rest to JS.
+struct Routed {
+    scripted_ids: HashSet<String>,
+    scripted: Arc<dyn ToolExecutor>,
+    js: Arc<dyn ToolExecutor>,
+}
+
+impl ToolExecutor for Routed {
+    fn call(&self, call: NestedCall) -> ToolFuture {
+        if self.scripted_ids.contains(&call.tool.id) {
+            self.scripted.call(call)
+        } else {
+            self.js.call(call)
+        }
+    }
+}
+
 /// Runs the `codemode` command line with `args` (the program name
 /// first) on the calling thread and returns its exit status. The npm
 /// package's `codemode` bin calls it once, then exits with the status.
 #[napi]
 pub fn run_cli(args: Vec<String>) -> u32 {
     u32::from(codemode::run_main(args).0)
+}
+
+/// The answer of JS tool call `token` (`{ ok }` or `{ error }` as JSON);
+/// `false` when the call is gone (cancelled, or answered already).
+#[napi]
+pub fn complete_tool_call(token: i64, answer: String) -> bool {
+    u64::try_from(token).is_ok_and(|token| callbacks::complete(token, answer))
 }
 
 fn error(message: impl Into<String>) -> Error {
@@ -41,6 +68,7 @@ fn error(message: impl Into<String>) -> Error {
 struct Options {
     document: String,
     tools: Vec<ToolDefinition>,
+    scripted: ToolsFile,
     store: StoreSetting,
     context: RunContext,
     owner: String,
@@ -86,9 +114,15 @@ impl Options {
                 tools.push(tool_definition(i, entry)?);
             }
         }
+        let scripted = match options.get("scripted") {
+            None | Some(Value::Null) => ToolsFile::default(),
+            Some(entries) => ToolsFile::parse(&json!({ "tools": entries }).to_string())
+                .map_err(|e| error(format!("options.scripted: {e}")))?,
+        };
         Ok(Options {
             document: document.to_string(),
             tools,
+            scripted,
             store,
             context,
             owner,
@@ -141,13 +175,14 @@ pub struct NativeCodeMode {
 #[napi]
 pub async fn open(
     options: String,
-    dispatch: JsAsync,
+    dispatch: JsNotify,
     approve: Option<JsAsync>,
     before_tool_call: Option<JsAsync>,
 ) -> Result<NativeCodeMode> {
     let Options {
         document,
-        tools,
+        mut tools,
+        scripted,
         store,
         context,
         owner,
@@ -155,15 +190,14 @@ pub async fn open(
     let environment = |name: &str| std::env::var(name).ok();
     let (mut config, diagnostics) =
         parse_config_for_agent(&document, &environment, None).map_err(|problems| {
-            error(format!(
-                "invalid config: {}",
+            error(
                 problems
                     .errors
                     .iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
-                    .join("; ")
-            ))
+                    .join("; "),
+            )
         })?;
     // The in-process API runs cells whatever `enabled` says: calling exec
     // is the opt-in.
@@ -187,8 +221,19 @@ pub async fn open(
             diagnostics.push(reason);
         }
     }
-    let executor = Arc::new(JsTools {
+    let js: Arc<dyn ToolExecutor> = Arc::new(JsTools {
         dispatch: Arc::new(dispatch),
+    });
+    let scripted_ids = scripted
+        .definitions()
+        .iter()
+        .filter_map(|d| d.id().ok())
+        .collect();
+    tools.extend(scripted.definitions());
+    let executor = Arc::new(Routed {
+        scripted_ids,
+        scripted: scripted.executor(),
+        js,
     });
     let joined = with_upstream_tools(gateway.upstreams(), tools, executor, &policy)
         .map_err(|e| error(format!("tools: {e}")))?;

@@ -260,3 +260,24 @@ test("many concurrent JS tool calls: Promise.all over 200 items", async () => {
     await cm.close();
   }
 });
+
+test("scripted tools are answered by the runtime beside the JS ones; a bad entry names its field", async () => {
+  const cm = await CodeMode.create({
+    tools: [add],
+    scripted: [
+      { source: "client", owner: "app", name: "echo", echoInput: true },
+      { source: "plugin", owner: "util", name: "offline", error: "the app is offline" },
+    ],
+  });
+  try {
+    assert.deepEqual(cm.catalog().sort(), ["client:app:add", "client:app:echo", "plugin:util:offline"]);
+    const r = await cm.exec({ code: "const e = await tools.echo({ n: await tools.add({ a: 1, b: 1 }) }); try { await tools.offline({}) } catch (x) { return [e, x.message] }" });
+    assert.equal(r.status, "completed", JSON.stringify(r));
+    assert.deepEqual(r.value[0], { n: 2 });
+    assert.match(r.value[1], /the app is offline/);
+  } finally {
+    await cm.close();
+  }
+  await assert.rejects(CodeMode.create({ scripted: [{ source: "client", name: "x", echoInput: true, reslt: 1 }] }), /options\.scripted: .*reslt/);
+  assert.throws(() => new CodeMode({ scripted: {} }), /options\.scripted must be an array/);
+});

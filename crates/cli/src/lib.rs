@@ -37,7 +37,7 @@ mod exec;
 mod login;
 mod logs;
 mod serve;
-mod tools_file;
+pub mod tools_file;
 
 use std::path::PathBuf;
 
