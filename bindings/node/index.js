@@ -47,58 +47,75 @@ function message(error) {
   return String(error);
 }
 
-/** Calls one JS tool for the runtime: JSON in; the answer, `{ ok }` or `{ error }`, goes back by `completeToolCall`. */
-function dispatcher(byId) {
-  const answer = async (call) => {
-    const tool = byId.get(call.toolId);
-    if (!tool) return { error: `no JavaScript tool ${call.toolId}` };
-    let value;
-    try {
-      value = await tool.execute(call.input, {
-        callId: call.callId,
-        parentCallId: call.parentCallId,
-        toolId: call.toolId,
-        context: call.context,
-      });
-    } catch (e) {
-      return { error: message(e) };
-    }
-    return value === undefined ? {} : { ok: value };
-  };
-  return (json) => {
-    const call = JSON.parse(json);
-    answer(call).then((result) => {
-      let text;
-      try {
-        text = JSON.stringify(result);
-      } catch (e) {
-        text = JSON.stringify({ error: `the tool's result is not JSON: ${message(e)}` });
-      }
-      native.completeToolCall(call.token, text);
+/** A tool's answer: `{ ok }`, `{}` or `{ error }`. */
+async function toolAnswer(byId, call) {
+  const tool = byId.get(call.toolId);
+  if (!tool) return { error: `no JavaScript tool ${call.toolId}` };
+  let value;
+  try {
+    value = await tool.execute(call.input, {
+      callId: call.callId,
+      parentCallId: call.parentCallId,
+      toolId: call.toolId,
+      context: call.context,
     });
-  };
+  } catch (e) {
+    return { error: message(e) };
+  }
+  return value === undefined ? {} : { ok: value };
 }
 
 /** `approve(request)` → true | false | { deny: reason } | undefined (decide later). */
-function approver(approve) {
-  return async (json) => {
-    const answer = await approve(JSON.parse(json));
-    if (answer === true) return JSON.stringify({ decision: "approve" });
-    if (answer === false) return JSON.stringify({ decision: "deny", reason: "denied" });
-    if (answer === undefined || answer === null) return JSON.stringify({ decision: "later" });
-    if (typeof answer === "object" && typeof answer.deny === "string") return JSON.stringify({ decision: "deny", reason: answer.deny });
-    return JSON.stringify({ decision: "invalid", answer: String(answer) });
-  };
+async function approvalAnswer(approve, request) {
+  const answer = await approve(request);
+  if (answer === true) return { decision: "approve" };
+  if (answer === false) return { decision: "deny", reason: "denied" };
+  if (answer === undefined || answer === null) return { decision: "later" };
+  if (typeof answer === "object" && typeof answer.deny === "string") return { decision: "deny", reason: answer.deny };
+  return { decision: "invalid", answer: String(answer) };
 }
 
 /** `beforeToolCall(event)` → undefined (allow) | { block: reason } | { input }. */
-function hook(beforeToolCall) {
-  return async (json) => {
-    const answer = await beforeToolCall(JSON.parse(json));
-    if (answer === undefined || answer === null) return JSON.stringify({ allow: true });
-    if (typeof answer === "object" && "block" in answer) return JSON.stringify({ block: String(answer.block) });
-    if (typeof answer === "object" && "input" in answer) return JSON.stringify({ rewrite: answer.input });
-    return JSON.stringify({ invalid: String(answer) });
+async function hookAnswer(beforeToolCall, event) {
+  const answer = await beforeToolCall(event);
+  if (answer === undefined || answer === null) return { allow: true };
+  if (typeof answer === "object" && "block" in answer) return { block: String(answer.block) };
+  if (typeof answer === "object" && "input" in answer) return { rewrite: answer.input };
+  return { invalid: String(answer) };
+}
+
+/**
+ * Answers the runtime's requests (tool calls, approvals, hooks): JSON in,
+ * the answer back by `completeRequest`. A callback that throws answers
+ * `{ error }`, which fails closed (the call fails, is denied, is blocked).
+ */
+function dispatcher(byId, approve, beforeToolCall) {
+  const answer = async (kind, request) => {
+    switch (kind) {
+      case "tool":
+        return toolAnswer(byId, request);
+      case "approve":
+        return approvalAnswer(approve, request);
+      case "hook":
+        return hookAnswer(beforeToolCall, request);
+      default:
+        return { error: `unknown request kind ${kind}` };
+    }
+  };
+  return (json) => {
+    const { token, kind, ...request } = JSON.parse(json);
+    answer(kind, request).then(
+      (result) => {
+        let text;
+        try {
+          text = JSON.stringify(result);
+        } catch (e) {
+          text = JSON.stringify({ error: `the tool's result is not JSON: ${message(e)}` });
+        }
+        native.completeRequest(token, text);
+      },
+      (e) => native.completeRequest(token, JSON.stringify({ error: message(e) })),
+    );
   };
 }
 
@@ -142,9 +159,9 @@ export class CodeMode {
     this.#onProgress = onProgress;
     const definitions = [...byId.values()].map(({ execute: _execute, ...definition }) => definition);
     const document = { tools: { codeMode: config ?? {} }, mcpServers: mcpServers ?? {} };
-    const json = JSON.stringify({ document, tools: definitions, scripted, store, agentId, sessionId, owner });
+    const json = JSON.stringify({ document, tools: definitions, scripted, store, agentId, sessionId, owner, host: "node" });
     this.#opening = native
-      .open(json, dispatcher(byId), approve && approver(approve), beforeToolCall && hook(beforeToolCall))
+      .open(json, dispatcher(byId, approve, beforeToolCall), approve !== undefined, beforeToolCall !== undefined)
       .then((n) => {
         this.#native = n;
         if (this.#closed) n.close();
