@@ -38,10 +38,18 @@
 //!   in-process API, the AI SDK and OpenAI Agents adapters, the bin and
 //!   every client config of the README with a real MCP client, and
 //!   `tsc --strict` over the declarations.
+//! - `package python [--release]`: the wheel of `bindings/python`
+//!   (maturin, pinned, in `target/tools/maturin`) into `target/wheels/`.
+//! - `test-python [--release]`: that wheel installed into a fresh venv
+//!   (`target/package/python/venv`, packages pinned by
+//!   `bindings/python/tests/requirements.txt`) and its tests run there:
+//!   pytest (in-process API, pydantic-ai and OpenAI Agents adapters, the
+//!   console script and every uvx/pip client config of the README with the
+//!   official Python MCP client) and `mypy --strict`.
 //! - `ci`: the whole test suite, exactly as CI runs it: rebuild the guest from
 //!   source, install the npm components, then format check, clippy (host and
-//!   guest) and all tests against the rebuilt module, the npm package's
-//!   tests (`test-npm`), the conformance
+//!   guest) and all tests against the rebuilt module, the npm and pip packages'
+//!   tests (`test-npm`, `test-python`), the conformance
 //!   suite, a 10 s soak and a 3-round pass of the side-by-side gateway
 //!   bench.
 
@@ -75,8 +83,17 @@ fn main() -> Result<()> {
                 "cargo xtask package npm [--release]",
             )?)
             .map(|_| ()),
-            _ => bail!("usage: cargo xtask package npm [--release]"),
+            Some("python") => package::package_python(package::release_flag(
+                &args[2..],
+                "cargo xtask package python [--release]",
+            )?)
+            .map(|_| ()),
+            _ => bail!("usage: cargo xtask package npm|python [--release]"),
         },
+        Some("test-python") => package::test_python(package::release_flag(
+            &args[1..],
+            "cargo xtask test-python [--release]",
+        )?),
         Some("test-npm") => package::test_npm(package::release_flag(
             &args[1..],
             "cargo xtask test-npm [--release]",
@@ -91,7 +108,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask build-guest | npm | ci | conformance [--only SCENARIO]... | guest-hash | fuzz [SECONDS] [TARGET] | soak [SECONDS] [--debug] [--check] | mutants [FILE]... [--shard K/N] | package npm [--release] | test-npm [--release]"
+                "usage: cargo xtask build-guest | npm | ci | conformance [--only SCENARIO]... | guest-hash | fuzz [SECONDS] [TARGET] | soak [SECONDS] [--debug] [--check] | mutants [FILE]... [--shard K/N] | package npm|python [--release] | test-npm [--release] | test-python [--release]"
             );
             std::process::exit(2);
         }
@@ -183,7 +200,7 @@ fn guest_cargo(root: &Path, subcommand: &str) -> Result<Command> {
 }
 
 /// `npm ci` in `e2e/`: exactly the pinned versions of its lock file.
-fn npm_install() -> Result<()> {
+pub(crate) fn npm_install() -> Result<()> {
     let root = workspace_root();
     if !have("node") || !have("npm") {
         bail!(
@@ -267,6 +284,7 @@ fn ci() -> Result<()> {
     // The npm package as a user installs it (a few minutes: the addon
     // links against the crates `cargo test` just built).
     package::test_npm(false)?;
+    package::test_python(false)?;
     // Both sides of the official MCP conformance suite (about a minute).
     conformance(&[])?;
     // A short soak of the debug gateway under hostile load; the long one

@@ -1,7 +1,14 @@
+//! The Node and Python packages, built and tested as users install them.
+//!
 //! `package npm [--release]`: the npm package of `bindings/node` as a
 //! tarball under `target/package/`; `test-npm [--release]`: that tarball
 //! installed into a fresh project with the pinned dependencies of
 //! `bindings/node/test/package.json`, and its tests run there.
+//! `package python [--release]`: the wheel of `bindings/python` (maturin,
+//! pinned, in a venv under `target/tools/`) under `target/wheels/`;
+//! `test-python [--release]`: that wheel installed into a fresh venv with
+//! the pinned packages of `bindings/python/tests/requirements.txt`, then
+//! pytest and `mypy --strict` there.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -166,4 +173,140 @@ pub(crate) fn release_flag(args: &[String], usage: &str) -> Result<bool> {
         [flag] if flag == "--release" => Ok(true),
         _ => bail!("usage: {usage}"),
     }
+}
+
+/// maturin, pinned; installed into its own venv under `target/tools/`.
+const MATURIN: &str = "maturin==1.16.0";
+
+/// The test files of the pip package, from `bindings/python/tests/`.
+const PYTHON_TEST_FILES: &[&str] = &[
+    "test_api.py",
+    "test_adapters.py",
+    "test_clients.py",
+    "typed_usage.py",
+    "bench.py",
+];
+
+/// A fresh venv at `dir` (removed first); returns its `bin/`.
+fn fresh_venv(dir: &std::path::Path) -> Result<PathBuf> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    run(Command::new("python3").args(["-m", "venv"]).arg(dir))?;
+    Ok(dir.join("bin"))
+}
+
+/// Builds the wheel with maturin; returns its path.
+pub(crate) fn package_python(release: bool) -> Result<PathBuf> {
+    let root = workspace_root();
+    let tools = root.join("target/tools/maturin");
+    let maturin = tools.join("bin/maturin");
+    let pinned = std::fs::read_to_string(tools.join("pinned")).unwrap_or_default();
+    if !maturin.exists() || pinned.trim() != MATURIN {
+        let bin = fresh_venv(&tools)?;
+        run(Command::new(bin.join("pip")).args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            MATURIN,
+        ]))?;
+        std::fs::write(tools.join("pinned"), MATURIN)?;
+    }
+    let out = root.join("target/wheels");
+    if out.exists() {
+        std::fs::remove_dir_all(&out)?;
+    }
+    let mut build = Command::new(&maturin);
+    build
+        .current_dir(root.join("bindings/python"))
+        .args(["build", "--locked", "--strip", "--out"])
+        .arg(&out);
+    if release {
+        build.arg("--release");
+    }
+    run(&mut build)?;
+    let wheel = std::fs::read_dir(&out)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .context("maturin wrote no wheel")?;
+    let size = std::fs::metadata(&wheel)?.len();
+    eprintln!("xtask: wrote {} ({size} bytes)", wheel.display());
+    Ok(wheel)
+}
+
+/// Builds the wheel, installs it into a fresh venv, runs its tests there.
+pub(crate) fn test_python(release: bool) -> Result<()> {
+    let root = workspace_root();
+    let wheel = package_python(release)?;
+    let everything =
+        root.join("e2e/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !everything.exists() {
+        crate::npm_install()?;
+    }
+    let project = root.join("target/package/python");
+    let bin = fresh_venv(&project.join("venv"))?;
+    let tests = root.join("bindings/python/tests");
+    run(Command::new(bin.join("pip"))
+        .args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-r",
+        ])
+        .arg(tests.join("requirements.txt")))?;
+    run(Command::new(bin.join("pip"))
+        .args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+        ])
+        .arg(&wheel))?;
+    let copied = project.join("tests");
+    std::fs::create_dir_all(&copied)?;
+    for file in PYTHON_TEST_FILES {
+        std::fs::copy(tests.join(file), copied.join(file))
+            .with_context(|| format!("copying bindings/python/tests/{file}"))?;
+    }
+    let python = bin.join("python");
+    run(Command::new(&python)
+        .current_dir(&project)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args(
+            PYTHON_TEST_FILES
+                .iter()
+                .filter(|f| f.starts_with("test_"))
+                .map(|f| format!("tests/{f}")),
+        )
+        .env("CODEMODE_README", root.join("README.md"))
+        .env("CODEMODE_WHEEL", &wheel)
+        .env("CODEMODE_EVERYTHING", &everything)
+        .env("UV_CACHE_DIR", project.join("uv-cache"))
+        // uvx must use this machine's Python, never download one.
+        .env("UV_PYTHON_DOWNLOADS", "never"))?;
+    run(Command::new(&python)
+        .current_dir(&project)
+        .args([
+            "-m",
+            "mypy",
+            "--strict",
+            "--warn-unused-ignores",
+            "--cache-dir",
+        ])
+        .arg(project.join("mypy-cache"))
+        .args(["-p", "codemode"]))?;
+    run(Command::new(&python)
+        .current_dir(&project)
+        .args([
+            "-m",
+            "mypy",
+            "--strict",
+            "--warn-unused-ignores",
+            "--cache-dir",
+        ])
+        .arg(project.join("mypy-cache"))
+        .arg("tests/typed_usage.py"))?;
+    Ok(())
 }

@@ -62,6 +62,34 @@ class Tool:
         )
 
 
+@typing.overload
+def tool(
+    function: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: Mapping[str, Any] | None = None,
+    needs_approval: bool = False,
+    annotations: Mapping[str, Any] | None = None,
+    source: str = "client",
+    owner: str = "app",
+) -> Tool: ...
+
+
+@typing.overload
+def tool(
+    function: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: Mapping[str, Any] | None = None,
+    needs_approval: bool = False,
+    annotations: Mapping[str, Any] | None = None,
+    source: str = "client",
+    owner: str = "app",
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     function: Callable[..., Any] | None = None,
     *,
@@ -72,7 +100,7 @@ def tool(
     annotations: Mapping[str, Any] | None = None,
     source: str = "client",
     owner: str = "app",
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Makes a `Tool` of a function; usable as `@tool` or `@tool(name=...)`.
     Plain functions given to `CodeMode(tools=[...])` are wrapped the same way."""
 
@@ -126,23 +154,35 @@ def as_tool(
     )
 
 
-def _model_parameter(fn: Callable[..., Any]) -> type | None:
+def _model_parameter(fn: Callable[..., Any], strict: bool = False) -> type | None:
     """The pydantic model of a function whose one parameter is a model."""
     params = list(inspect.signature(fn).parameters.values())
     if len(params) != 1:
         return None
-    hints = _hints(fn)
+    hints = _hints(fn, strict)
     hint = hints.get(params[0].name)
     if isinstance(hint, type) and hasattr(hint, "model_validate") and hasattr(hint, "model_json_schema"):
         return hint
     return None
 
 
-def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+def _hints(fn: Callable[..., Any], strict: bool = False) -> dict[str, Any]:
+    """The function's resolved type hints. ``strict``: a hint that cannot be
+    resolved is an error naming the parameter (a schema must not be guessed)."""
     try:
         return typing.get_type_hints(fn)
-    except Exception:
-        return {}
+    except Exception as e:
+        if not strict:
+            return {}
+        name = getattr(fn, "__name__", "tool")
+        params = list(inspect.signature(fn).parameters)
+        raw = getattr(fn, "__annotations__", {})
+        bad = next((p for p in params if isinstance(raw.get(p), str) and str(raw[p]) in str(e)), params[0] if params else "?")
+        raise TypeError(
+            f"codemode: tool {name}: cannot resolve the type hint of parameter {bad} ({e}); "
+            "define its type at module level (a class defined inside a function cannot be resolved "
+            "under `from __future__ import annotations`), or pass input_schema=..."
+        ) from e
 
 
 def _call(fn: Callable[..., Any], arguments: Any) -> Any:
@@ -160,10 +200,10 @@ def schema_of(fn: Callable[..., Any]) -> dict[str, Any]:
     """A JSON Schema of the function's parameters: pydantic's when pydantic
     is installed (it handles any annotation it knows), else a small mapping
     of the builtin types."""
-    model = _model_parameter(fn)
+    model = _model_parameter(fn, strict=True)
     if model is not None:
         return dict(model.model_json_schema())  # type: ignore[attr-defined]
-    hints = _hints(fn)
+    hints = _hints(fn, strict=True)
     params = [
         p
         for p in inspect.signature(fn).parameters.values()
