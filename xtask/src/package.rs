@@ -286,27 +286,19 @@ pub(crate) fn test_python(release: bool) -> Result<()> {
         .env("UV_CACHE_DIR", project.join("uv-cache"))
         // uvx must use this machine's Python, never download one.
         .env("UV_PYTHON_DOWNLOADS", "never"))?;
-    run(Command::new(&python)
-        .current_dir(&project)
-        .args([
-            "-m",
-            "mypy",
-            "--strict",
-            "--warn-unused-ignores",
-            "--cache-dir",
-        ])
-        .arg(project.join("mypy-cache"))
-        .args(["-p", "codemode"]))?;
-    run(Command::new(&python)
-        .current_dir(&project)
-        .args([
-            "-m",
-            "mypy",
-            "--strict",
-            "--warn-unused-ignores",
-            "--cache-dir",
-        ])
-        .arg(project.join("mypy-cache"))
-        .arg("tests/typed_usage.py"))?;
+    // The package's own types, then a file using them as the tests do.
+    for target in [&["-p", "codemode"][..], &["tests/typed_usage.py"][..]] {
+        run(Command::new(&python)
+            .current_dir(&project)
+            .args([
+                "-m",
+                "mypy",
+                "--strict",
+                "--warn-unused-ignores",
+                "--cache-dir",
+            ])
+            .arg(project.join("mypy-cache"))
+            .args(target))?;
+    }
     Ok(())
 }

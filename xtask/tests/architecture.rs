@@ -47,9 +47,15 @@ fn crate_sources() -> Vec<(String, PathBuf)> {
     let mut dirs = vec![
         ("guest".to_owned(), root.join("guest/src")),
         ("xtask".to_owned(), root.join("xtask/src")),
-        ("bindings/common".to_owned(), root.join("bindings/common/src")),
+        (
+            "bindings/common".to_owned(),
+            root.join("bindings/common/src"),
+        ),
         ("bindings/node".to_owned(), root.join("bindings/node/src")),
-        ("bindings/python".to_owned(), root.join("bindings/python/src")),
+        (
+            "bindings/python".to_owned(),
+            root.join("bindings/python/src"),
+        ),
     ];
     let crates =
         std::fs::read_dir(root.join("crates")).unwrap_or_else(|e| panic!("read crates/: {e}"));
