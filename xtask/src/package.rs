@@ -4,11 +4,20 @@
 //! tarball under `target/package/`; `test-npm [--release]`: that tarball
 //! installed into a fresh project with the pinned dependencies of
 //! `bindings/node/test/package.json`, and its tests run there.
-//! `package python [--release]`: the wheel of `bindings/python` (maturin,
-//! pinned, in a venv under `target/tools/`) under `target/wheels/`;
+//! `package python [--release]`: the wheel of `bindings/python` under
+//! `target/wheels/`;
 //! `test-python [--release]`: that wheel installed into a fresh venv with
 //! the pinned packages of `bindings/python/tests/requirements.txt`, then
 //! pytest and `mypy --strict` there.
+//!
+//! Both native modules are built by one cargo invocation that selects what
+//! `cargo test` selects (debug: `--lib --bins --tests`), so they reuse the
+//! crates the test run compiled, with the same features; a per-package
+//! build (`-p codemode-node`, or maturin's) would resolve other features
+//! and compile wasmtime and its kin a second time. So the wheel is
+//! assembled here from that build and zipped by PyPA's `wheel pack`
+//! (pinned); `bindings/python/pyproject.toml` (maturin) stays the way to
+//! build it from source with pip.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -56,16 +65,33 @@ fn npm_platform() -> (&'static str, &'static str) {
 }
 
 /// Builds the addon and packs the package; returns the tarball's path.
-pub(crate) fn package_npm(release: bool) -> Result<PathBuf> {
-    let root = workspace_root();
+/// Builds the native modules and the `codemode` binary: in debug, with
+/// the selection (and so the features) of `cargo test`, reusing its
+/// crates; in release, the three packages in one invocation.
+pub(crate) fn build_native(release: bool) -> Result<()> {
     let mut build = cargo();
     build
-        .current_dir(&root)
-        .args(["build", "--locked", "-p", "codemode-node"]);
+        .current_dir(workspace_root())
+        .args(["build", "--locked"]);
     if release {
-        build.arg("--release");
+        build.args([
+            "--release",
+            "-p",
+            "codemode-node",
+            "-p",
+            "codemode-python",
+            "-p",
+            "codemode",
+        ]);
+    } else {
+        build.args(["--lib", "--bins", "--tests"]);
     }
-    run(&mut build)?;
+    run(&mut build)
+}
+
+pub(crate) fn package_npm(release: bool) -> Result<PathBuf> {
+    let root = workspace_root();
+    build_native(release)?;
     let source = root.join("bindings/node");
     let out = root.join("target/package");
     let staging = out.join("npm/codemode");
@@ -116,16 +142,8 @@ pub(crate) fn package_npm(release: bool) -> Result<PathBuf> {
 /// Packs, installs into a fresh project, runs the package's tests there.
 pub(crate) fn test_npm(release: bool) -> Result<()> {
     let root = workspace_root();
+    // Also builds the binary the README's cargo route uses.
     let tarball = package_npm(release)?;
-    // The cargo route of the README's client configs uses the binary.
-    let mut build = cargo();
-    build
-        .current_dir(&root)
-        .args(["build", "--locked", "-p", "codemode"]);
-    if release {
-        build.arg("--release");
-    }
-    run(&mut build)?;
     let project = root.join("target/package/test-project");
     if project.exists() {
         std::fs::remove_dir_all(&project)?;
@@ -175,8 +193,8 @@ pub(crate) fn release_flag(args: &[String], usage: &str) -> Result<bool> {
     }
 }
 
-/// maturin, pinned; installed into its own venv under `target/tools/`.
-const MATURIN: &str = "maturin==1.16.0";
+/// PyPA's `wheel`, pinned: zips an unpacked wheel and writes its RECORD.
+const WHEEL_TOOL: &str = "wheel==0.45.1";
 
 /// The test files of the pip package, from `bindings/python/tests/`.
 const PYTHON_TEST_FILES: &[&str] = &[
@@ -196,40 +214,130 @@ fn fresh_venv(dir: &std::path::Path) -> Result<PathBuf> {
     Ok(dir.join("bin"))
 }
 
-/// Builds the wheel with maturin; returns its path.
+/// The wheel's `METADATA`, from `pyproject.toml`'s `[project]`.
+fn wheel_metadata(pyproject: &toml_edit::DocumentMut) -> Result<(String, String)> {
+    let project = pyproject["project"]
+        .as_table()
+        .context("pyproject.toml has no [project]")?;
+    let text = |key: &str| -> Result<String> {
+        project
+            .get(key)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+            .with_context(|| format!("pyproject.toml: [project].{key} is missing"))
+    };
+    let version = text("version")?;
+    let mut metadata = format!(
+        "Metadata-Version: 2.1\nName: {}\nVersion: {version}\nSummary: {}\nLicense: Apache-2.0\nRequires-Python: {}\n",
+        text("name")?,
+        text("description")?,
+        text("requires-python")?,
+    );
+    if let Some(extras) = project
+        .get("optional-dependencies")
+        .and_then(|v| v.as_table())
+    {
+        for (extra, requirements) in extras {
+            metadata.push_str(&format!("Provides-Extra: {extra}\n"));
+            for requirement in requirements.as_array().into_iter().flatten() {
+                if let Some(requirement) = requirement.as_str() {
+                    metadata.push_str(&format!(
+                        "Requires-Dist: {requirement}; extra == \"{extra}\"\n"
+                    ));
+                }
+            }
+        }
+    }
+    metadata.push_str("Description-Content-Type: text/markdown\n\n");
+    metadata.push_str(&std::fs::read_to_string(
+        workspace_root().join("bindings/python/README.md"),
+    )?);
+    Ok((version, metadata))
+}
+
+/// Builds the native module and assembles the wheel; returns its path.
 pub(crate) fn package_python(release: bool) -> Result<PathBuf> {
     let root = workspace_root();
-    let tools = root.join("target/tools/maturin");
-    let maturin = tools.join("bin/maturin");
+    let tools = root.join("target/tools/python-build");
     let pinned = std::fs::read_to_string(tools.join("pinned")).unwrap_or_default();
-    if !maturin.exists() || pinned.trim() != MATURIN {
+    if !tools.join("bin/wheel").exists() || pinned.trim() != WHEEL_TOOL {
         let bin = fresh_venv(&tools)?;
         run(Command::new(bin.join("pip")).args([
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            MATURIN,
+            WHEEL_TOOL,
         ]))?;
-        std::fs::write(tools.join("pinned"), MATURIN)?;
+        std::fs::write(tools.join("pinned"), WHEEL_TOOL)?;
     }
+    build_native(release)?;
+    let source = root.join("bindings/python");
+    let pyproject: toml_edit::DocumentMut =
+        std::fs::read_to_string(source.join("pyproject.toml"))?.parse()?;
+    let (version, metadata) = wheel_metadata(&pyproject)?;
+    let unpacked = root.join(format!("target/package/python-wheel/codemode-{version}"));
+    if unpacked.exists() {
+        std::fs::remove_dir_all(&unpacked)?;
+    }
+    let package = unpacked.join("codemode");
+    std::fs::create_dir_all(&package)?;
+    for entry in std::fs::read_dir(source.join("python/codemode"))? {
+        let path = entry?.path();
+        if path.is_file() {
+            std::fs::copy(
+                &path,
+                package.join(path.file_name().context("no file name")?),
+            )?;
+        }
+    }
+    let module = package.join("_native.abi3.so");
+    let built = root.join(format!("target/{}/lib_native.so", profile(release)));
+    std::fs::copy(&built, &module).with_context(|| format!("copying {}", built.display()))?;
+    if have("strip") {
+        run(Command::new("strip").arg("--strip-debug").arg(&module))?;
+    }
+    // The platform the module was built for, as pip names it.
+    let platform = Command::new("python3")
+        .args(["-c", "import sysconfig; print(sysconfig.get_platform())"])
+        .output()
+        .context("python3 is needed to name the wheel's platform")?;
+    let platform = String::from_utf8_lossy(&platform.stdout)
+        .trim()
+        .replace(['-', '.'], "_");
+    let dist_info = unpacked.join(format!("codemode-{version}.dist-info"));
+    std::fs::create_dir_all(&dist_info)?;
+    std::fs::write(dist_info.join("METADATA"), metadata)?;
+    std::fs::write(
+        dist_info.join("WHEEL"),
+        format!(
+            "Wheel-Version: 1.0\nGenerator: codemode xtask\nRoot-Is-Purelib: false\nTag: cp310-abi3-{platform}\n"
+        ),
+    )?;
+    let scripts = pyproject["project"]["scripts"]
+        .as_table()
+        .context("pyproject.toml has no [project.scripts]")?;
+    let mut entry_points = String::from("[console_scripts]\n");
+    for (name, target) in scripts {
+        entry_points.push_str(&format!(
+            "{name} = {}\n",
+            target.as_str().unwrap_or_default()
+        ));
+    }
+    std::fs::write(dist_info.join("entry_points.txt"), entry_points)?;
     let out = root.join("target/wheels");
     if out.exists() {
         std::fs::remove_dir_all(&out)?;
     }
-    let mut build = Command::new(&maturin);
-    build
-        .current_dir(root.join("bindings/python"))
-        .args(["build", "--locked", "--strip", "--out"])
-        .arg(&out);
-    if release {
-        build.arg("--release");
-    }
-    run(&mut build)?;
+    std::fs::create_dir_all(&out)?;
+    run(Command::new(tools.join("bin/wheel"))
+        .args(["pack", "--dest-dir"])
+        .arg(&out)
+        .arg(&unpacked))?;
     let wheel = std::fs::read_dir(&out)?
         .filter_map(Result::ok)
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .context("maturin wrote no wheel")?;
+        .context("wheel pack wrote no wheel")?;
     let size = std::fs::metadata(&wheel)?.len();
     eprintln!("xtask: wrote {} ({size} bytes)", wheel.display());
     Ok(wheel)
