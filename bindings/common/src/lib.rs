@@ -22,7 +22,6 @@ mod options;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
 
 use codemode::tools_file::ToolsFile;
 use codemode_mcp::config::parse_config_for_agent;
@@ -34,6 +33,7 @@ use codemode_runtime::{
     ToolFuture, ToolHooks, ToolPolicy,
 };
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
 pub use crate::answers::{approval_decision, hook_decision, progress_event, tool_outcome};
 pub use crate::options::Options;
@@ -75,11 +75,11 @@ pub trait Host: Send + Sync + 'static {
 /// Requests the language's side has not answered yet, by token. A
 /// request's future removes its entry when it ends or is dropped
 /// (cancelled), so a late answer finds nothing.
-static PENDING: LazyLock<Mutex<HashMap<u64, flume::Sender<String>>>> =
+static PENDING: LazyLock<Mutex<HashMap<u64, oneshot::Sender<String>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 static TOKENS: AtomicU64 = AtomicU64::new(0);
 
-fn pending() -> std::sync::MutexGuard<'static, HashMap<u64, flume::Sender<String>>> {
+fn pending() -> std::sync::MutexGuard<'static, HashMap<u64, oneshot::Sender<String>>> {
     PENDING
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -103,25 +103,9 @@ impl Drop for Registered {
 
 /// Sends `request` (an object) with a fresh token and `kind`, and waits
 /// for its answer text. `Err`: why there is none.
-async fn ask(host: &dyn Host, kind: &str, request: Value) -> Result<String, String> {
-    let (registered, receiver) = send(host, kind, request)?;
-    let answer = receiver
-        .recv_async()
-        .await
-        .map_err(|_| "the session was closed before it answered".to_owned());
-    drop(registered);
-    answer
-}
-
-/// Sends `request` with a fresh token and `kind`; the receiver gets the
-/// answer (the entry leaves the registry with the returned guard).
-fn send(
-    host: &dyn Host,
-    kind: &str,
-    mut request: Value,
-) -> Result<(Registered, flume::Receiver<String>), String> {
+async fn ask(host: &dyn Host, kind: &str, mut request: Value) -> Result<String, String> {
     let token = TOKENS.fetch_add(1, Ordering::Relaxed);
-    let (sender, receiver) = flume::bounded(1);
+    let (sender, receiver) = oneshot::channel();
     pending().insert(token, sender);
     let registered = Registered(token);
     request["token"] = json!(token);
@@ -129,51 +113,21 @@ fn send(
     if !host.send(request.to_string()) {
         return Err("the session is closing".into());
     }
-    Ok((registered, receiver))
-}
-
-/// How long a call started on the runtime's drive thread waits there for
-/// the host's answer before handing the wait to tokio. A quick answer
-/// then reaches the cell with one thread hop (host → drive thread)
-/// instead of two (host → tokio task → drive thread).
-const INLINE_WAIT: Duration = Duration::from_micros(300);
-
-/// Whether the current thread may wait briefly for an answer: the
-/// runtime's drive thread (the runtime's context entered, but not inside
-/// a tokio task: a worker must never block).
-fn on_drive_thread() -> bool {
-    tokio::task::try_id().is_none() && tokio::runtime::Handle::try_current().is_ok()
-}
-
-/// Recent answer times of the host's tools (an average, in µs): a host
-/// whose tools answer slower than [`INLINE_WAIT`] is not waited for
-/// inline (a `Promise.all` of slow calls must not start them one wait
-/// apart).
-struct AnswerTimes(AtomicU64);
-
-impl AnswerTimes {
-    fn quick(&self) -> bool {
-        self.0.load(Ordering::Relaxed) < INLINE_WAIT.as_micros() as u64
-    }
-
-    fn record(&self, took: Duration) {
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let old = self.0.load(Ordering::Relaxed);
-        // An average over about the last eight calls.
-        self.0.store(old - old / 8 + micros / 8, Ordering::Relaxed);
-    }
+    let answer = receiver
+        .await
+        .map_err(|_| "the session was closed before it answered".to_owned());
+    drop(registered);
+    answer
 }
 
 /// The user's tools in the host language.
 struct HostTools {
     host: Arc<dyn Host>,
-    times: Arc<AnswerTimes>,
 }
 
 impl ToolExecutor for HostTools {
     fn call(&self, call: NestedCall) -> ToolFuture {
         let host = Arc::clone(&self.host);
-        let times = Arc::clone(&self.times);
         let request = json!({
             "tool": call.tool.name,
             "toolId": call.tool.id,
@@ -184,24 +138,9 @@ impl ToolExecutor for HostTools {
         });
         // The first poll (on the thread that starts the call) sends it.
         Box::pin(async move {
-            let failed =
-                |why: String| ToolCallError::new(format!("the tool could not answer: {why}"));
-            let started = Instant::now();
-            let (registered, receiver) = send(host.as_ref(), "tool", request).map_err(failed)?;
-            let inline = if times.quick() && on_drive_thread() {
-                receiver.recv_timeout(INLINE_WAIT).ok()
-            } else {
-                None
-            };
-            let text = match inline {
-                Some(text) => text,
-                None => receiver
-                    .recv_async()
-                    .await
-                    .map_err(|_| failed("the session was closed before it answered".into()))?,
-            };
-            times.record(started.elapsed());
-            drop(registered);
+            let text = ask(host.as_ref(), "tool", request)
+                .await
+                .map_err(|why| ToolCallError::new(format!("the tool could not answer: {why}")))?;
             tool_outcome(&text)
         })
     }
@@ -399,7 +338,6 @@ fn routed(
         scripted: scripted.executor(),
         host: Arc::new(HostTools {
             host: Arc::clone(host),
-            times: Arc::new(AnswerTimes(AtomicU64::new(0))),
         }),
     })
 }
