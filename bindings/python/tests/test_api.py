@@ -37,8 +37,9 @@ def test_sync_and_async_tools_and_a_failing_one_as_a_tool_error() -> None:
     threads: list[str] = []
 
     def where(tag: str) -> str:
-        """Which thread runs a sync tool."""
+        """Which thread runs a sync tool (a slow one: 5 ms)."""
         threads.append(threading.current_thread().name)
+        time.sleep(0.005)
         return tag
 
     @tool(name="boom", description="Always fails")
@@ -60,7 +61,7 @@ def test_sync_and_async_tools_and_a_failing_one_as_a_tool_error() -> None:
             """
             const sum = await tools.add({ a: 2, b: 3 });
             const product = await tools.multiply({ a: sum, b: 2 });
-            await tools.where({ tag: "x" });
+            for (let i = 0; i < 3; i++) await tools.where({ tag: "x" });
             const errors = [];
             for (const name of ["boom", "rejects", "not_json"]) {
               try { await tools[name]({}); } catch (e) { errors.push(e.message); }
@@ -74,8 +75,10 @@ def test_sync_and_async_tools_and_a_failing_one_as_a_tool_error() -> None:
         assert "the disk is on fire" in errors[0]
         assert "later fire" in errors[1]
         assert "not JSON" in errors[2]
-        assert [c["outcome"] for c in r["nestedCalls"]] == ["ok", "ok", "ok", "failed", "failed", "failed"]
-        assert threads and threads[0].startswith("codemode-tool"), threads
+        assert [c["outcome"] for c in r["nestedCalls"]] == ["ok"] * 5 + ["failed"] * 3
+        # A quick sync tool runs where the runtime started the call; once
+        # it is known to be slow, on the instance's pool.
+        assert len(threads) == 3 and all(t.startswith("codemode-tool") for t in threads[1:]), threads
 
 
 class Order(pydantic.BaseModel):

@@ -14,6 +14,7 @@ import concurrent.futures
 import inspect
 import json
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal, Union
 
@@ -39,6 +40,10 @@ ApprovalAnswer = Union[bool, Mapping[str, str], None]
 HookAnswer = Union[Mapping[str, Any], None]
 
 Callback = Callable[[dict[str, Any]], Any]
+
+#: A sync tool whose recent calls took less than this runs inline, on the
+#: runtime's thread that started the call; slower ones run on the pool.
+_INLINE_SECONDS = 0.001
 
 
 def _message(error: BaseException) -> str:
@@ -119,6 +124,7 @@ class CodeMode:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background = _BackgroundLoop()
         self._pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="codemode-tool")
+        self._durations: dict[str, float] = {}
         options = {
             "document": {"tools": {"codeMode": dict(config or {})}, "mcpServers": dict(mcp_servers or {})},
             "tools": [t.definition() for t in by_id.values()],
@@ -150,6 +156,9 @@ class CodeMode:
             if found is None:
                 self._answer(token, {"error": f"no Python tool {request.get('toolId')}"})
                 return
+            if not found.is_async and self._quick(found.id):
+                self._run_inline(token, found, request.get("input"))
+                return
             self._schedule(token, found.is_async, lambda: found.call(request.get("input")), self._tool_answer)
         elif kind == "approve" and self._approve is not None:
             fn = self._approve
@@ -159,6 +168,33 @@ class CodeMode:
             self._schedule(token, inspect.iscoroutinefunction(hook), lambda: hook(request), _hook_answer)
         else:
             self._answer(token, {"error": f"unknown request kind {kind}"})
+
+    def _quick(self, tool_id: str) -> bool:
+        """Whether a sync tool has been answering in well under a
+        millisecond (or has not run yet): such calls run right here, on
+        the runtime's thread that started them, and their answer is there
+        before the runtime looks (no thread hop). A slower one goes to the
+        thread pool, so a slow tool never holds up the cell's other calls
+        more than once."""
+        return self._durations.get(tool_id, 0.0) < _INLINE_SECONDS
+
+    def _run_inline(self, token: int, found: Tool, arguments: Any) -> None:
+        started = time.perf_counter()
+        try:
+            value = found.call(arguments)
+            if inspect.isawaitable(value):
+                # A sync function that returned an awaitable: finish it on a loop.
+                self._schedule(token, True, lambda: value, self._tool_answer)
+                return
+            result = self._tool_answer(value)
+        except Exception as e:  # noqa: BLE001 - a tool's failure is its call's error
+            result = {"error": _message(e)}
+        finally:
+            took = time.perf_counter() - started
+            old = self._durations.get(found.id, 0.0)
+            # About the last four calls.
+            self._durations[found.id] = old + (took - old) / 4 if old else took
+        self._answer(token, result)
 
     def _tool_answer(self, value: Any) -> dict[str, Any]:
         return {} if value is None else {"ok": value}

@@ -28,6 +28,8 @@ class Tool:
     annotations: Mapping[str, Any] | None = None
     source: str = "client"
     owner: str = "app"
+    #: Whether the function is ``async def`` (set from it).
+    is_async: bool = dataclasses.field(init=False, default=False)
 
     @property
     def id(self) -> str:
@@ -49,17 +51,28 @@ class Tool:
             out["annotations"] = dict(self.annotations)
         return out
 
+    def __post_init__(self) -> None:
+        # Read once: signature and type hints cost more than a fast tool.
+        object.__setattr__(self, "_model", _model_parameter(self.function))
+        object.__setattr__(
+            self,
+            "is_async",
+            inspect.iscoroutinefunction(self.function)
+            or inspect.iscoroutinefunction(getattr(self.function, "__call__", None)),
+        )
+
     def call(self, arguments: Any) -> Any:
         """Calls the function with the cell's input (keyword arguments from
         an object; a single pydantic model parameter gets the whole object).
         An async function's awaitable is returned as it is."""
-        return _call(self.function, arguments)
-
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.function) or inspect.iscoroutinefunction(
-            getattr(self.function, "__call__", None)
-        )
+        model = getattr(self, "_model", None)
+        if model is not None:
+            return self.function(model.model_validate(arguments if arguments is not None else {}))
+        if arguments is None:
+            return self.function()
+        if not isinstance(arguments, dict):
+            raise TypeError(f"expected an object of named arguments, got {type(arguments).__name__}")
+        return self.function(**arguments)
 
 
 @typing.overload
@@ -183,17 +196,6 @@ def _hints(fn: Callable[..., Any], strict: bool = False) -> dict[str, Any]:
             "define its type at module level (a class defined inside a function cannot be resolved "
             "under `from __future__ import annotations`), or pass input_schema=..."
         ) from e
-
-
-def _call(fn: Callable[..., Any], arguments: Any) -> Any:
-    model = _model_parameter(fn)
-    if model is not None:
-        return fn(model.model_validate(arguments if arguments is not None else {}))  # type: ignore[attr-defined]
-    if arguments is None:
-        return fn()
-    if not isinstance(arguments, dict):
-        raise TypeError(f"expected an object of named arguments, got {type(arguments).__name__}")
-    return fn(**arguments)
 
 
 def schema_of(fn: Callable[..., Any]) -> dict[str, Any]:
