@@ -115,14 +115,11 @@ pub(crate) fn package_npm(release: bool) -> Result<PathBuf> {
         staging.join("package.json"),
         serde_json::to_string_pretty(&manifest)?,
     )?;
-    let addon = staging.join("codemode.node");
-    let built = root.join(format!("target/{}/libcodemode_node.so", profile(release)));
-    std::fs::copy(&built, &addon).with_context(|| format!("copying {}", built.display()))?;
-    // Line tables are for debugging the workspace, not for users: about a
-    // third of a debug addon.
-    if have("strip") {
-        run(Command::new("strip").arg("--strip-debug").arg(&addon))?;
-    }
+    copy_native(
+        release,
+        "libcodemode_node.so",
+        &staging.join("codemode.node"),
+    )?;
     run(Command::new("npm")
         .current_dir(&staging)
         .args(["pack", "--silent", "--pack-destination"])
@@ -134,9 +131,35 @@ pub(crate) fn package_npm(release: bool) -> Result<PathBuf> {
     if !tarball.exists() {
         bail!("npm pack did not write {}", tarball.display());
     }
-    let size = std::fs::metadata(&tarball)?.len();
-    eprintln!("xtask: wrote {} ({size} bytes)", tarball.display());
-    Ok(tarball)
+    wrote(tarball)
+}
+
+/// Copies the native module `built` (in `target/<profile>/`) to `to`,
+/// without its line tables: they are for debugging the workspace, not for
+/// users (about a third of a debug module).
+fn copy_native(release: bool, built: &str, to: &std::path::Path) -> Result<()> {
+    let built = workspace_root().join(format!("target/{}/{built}", profile(release)));
+    std::fs::copy(&built, to).with_context(|| format!("copying {}", built.display()))?;
+    if have("strip") {
+        run(Command::new("strip").arg("--strip-debug").arg(to))?;
+    }
+    Ok(())
+}
+
+/// Says where a package landed, and how big it is.
+fn wrote(path: PathBuf) -> Result<PathBuf> {
+    let size = std::fs::metadata(&path)?.len();
+    eprintln!("xtask: wrote {} ({size} bytes)", path.display());
+    Ok(path)
+}
+
+/// A fresh directory at `dir` (removed first when it exists).
+fn fresh_dir(dir: &std::path::Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    Ok(())
 }
 
 /// Packs, installs into a fresh project, runs the package's tests there.
@@ -145,10 +168,7 @@ pub(crate) fn test_npm(release: bool) -> Result<()> {
     // Also builds the binary the README's cargo route uses.
     let tarball = package_npm(release)?;
     let project = root.join("target/package/test-project");
-    if project.exists() {
-        std::fs::remove_dir_all(&project)?;
-    }
-    std::fs::create_dir_all(&project)?;
+    fresh_dir(&project)?;
     let tests = root.join("bindings/node/test");
     let manifest = std::fs::read_to_string(tests.join("package.json"))?;
     let mut manifest: serde_json::Value = serde_json::from_str(&manifest)?;
@@ -290,12 +310,7 @@ pub(crate) fn package_python(release: bool) -> Result<PathBuf> {
             )?;
         }
     }
-    let module = package.join("_native.abi3.so");
-    let built = root.join(format!("target/{}/lib_native.so", profile(release)));
-    std::fs::copy(&built, &module).with_context(|| format!("copying {}", built.display()))?;
-    if have("strip") {
-        run(Command::new("strip").arg("--strip-debug").arg(&module))?;
-    }
+    copy_native(release, "lib_native.so", &package.join("_native.abi3.so"))?;
     // The platform the module was built for, as pip names it.
     let platform = Command::new("python3")
         .args(["-c", "import sysconfig; print(sysconfig.get_platform())"])
@@ -325,10 +340,7 @@ pub(crate) fn package_python(release: bool) -> Result<PathBuf> {
     }
     std::fs::write(dist_info.join("entry_points.txt"), entry_points)?;
     let out = root.join("target/wheels");
-    if out.exists() {
-        std::fs::remove_dir_all(&out)?;
-    }
-    std::fs::create_dir_all(&out)?;
+    fresh_dir(&out)?;
     run(Command::new(tools.join("bin/wheel"))
         .args(["pack", "--dest-dir"])
         .arg(&out)
@@ -338,9 +350,7 @@ pub(crate) fn package_python(release: bool) -> Result<PathBuf> {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .context("wheel pack wrote no wheel")?;
-    let size = std::fs::metadata(&wheel)?.len();
-    eprintln!("xtask: wrote {} ({size} bytes)", wheel.display());
-    Ok(wheel)
+    wrote(wheel)
 }
 
 /// Builds the wheel, installs it into a fresh venv, runs its tests there.
@@ -355,23 +365,21 @@ pub(crate) fn test_python(release: bool) -> Result<()> {
     let project = root.join("target/package/python");
     let bin = fresh_venv(&project.join("venv"))?;
     let tests = root.join("bindings/python/tests");
-    run(Command::new(bin.join("pip"))
-        .args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "-r",
-        ])
-        .arg(tests.join("requirements.txt")))?;
-    run(Command::new(bin.join("pip"))
-        .args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-        ])
-        .arg(&wheel))?;
+    // Exactly the pinned set, then the wheel (it has no dependencies).
+    let requirements = tests.join("requirements.txt");
+    for what in [
+        &["-r".as_ref(), requirements.as_os_str()][..],
+        &[wheel.as_os_str()][..],
+    ] {
+        run(Command::new(bin.join("pip"))
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+            ])
+            .args(what))?;
+    }
     let copied = project.join("tests");
     std::fs::create_dir_all(&copied)?;
     for file in PYTHON_TEST_FILES {
