@@ -325,3 +325,29 @@ def test_promise_all_over_200_python_calls() -> None:
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+def test_a_result_too_deep_for_json_fails_its_call_on_every_path_and_never_hangs() -> None:
+    def deep() -> list[Any]:
+        """Returns a list nested far deeper than JSON encoding allows."""
+        value: list[Any] = []
+        for _ in range(100_000):
+            value = [value]
+        return value
+
+    def slow_deep() -> list[Any]:
+        """The same, slowly: its second call runs on the thread pool."""
+        time.sleep(0.005)
+        return deep()
+
+    with CodeMode(tools=[deep, slow_deep], config={"timeoutMs": 3000}) as cm:
+        started = time.monotonic()
+        r = cm.exec_sync("""
+            const out = [];
+            for (const name of ["deep", "slow_deep", "slow_deep"]) {
+              try { await tools[name]({}); out.push("no error"); } catch (e) { out.push(e.message); }
+            }
+            return out;""")
+        assert r["status"] == "completed", r
+        assert all("not JSON" in m for m in r["value"]), r["value"]
+        assert time.monotonic() - started < 2, "a call waited for an answer that never came"

@@ -240,9 +240,13 @@ class CodeMode:
         return self._background.get()
 
     def _answer(self, token: int, answer: dict[str, Any]) -> None:
+        """Answers ``token``, always: a result JSON cannot encode (a cycle, a
+        NaN, nesting past the recursion limit, an unknown type) becomes that
+        call's error; an answer that never came would hold the call until
+        the cell's deadline."""
         try:
             text = to_json(answer)
-        except (TypeError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - RecursionError, TypeError, ValueError, ...
             text = json.dumps({"error": f"the tool's result is not JSON: {_message(e)}"})
         _native.complete_request(token, text)
 
@@ -297,9 +301,7 @@ class CodeMode:
     ) -> Result:
         """Runs a cell. Returns the result union; a cell's own errors are
         ``failed`` results, never exceptions. Async tools run on this loop."""
-        self._loop = asyncio.get_running_loop()
-        body = _exec_input(code, language)
-        return await self._loop.run_in_executor(None, self._run, "exec", body, call_id, on_progress)
+        return await self._run_async("exec", _exec_input(code, language), call_id, on_progress)
 
     async def wait(
         self,
@@ -309,8 +311,7 @@ class CodeMode:
         on_progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> Result:
         """Resumes a waiting run."""
-        self._loop = asyncio.get_running_loop()
-        return await self._loop.run_in_executor(None, self._run, "wait", {"runId": run_id}, call_id, on_progress)
+        return await self._run_async("wait", {"runId": run_id}, call_id, on_progress)
 
     async def run_tool(self, name: str, arguments: Mapping[str, Any], *, call_id: str | None = None) -> Result:
         """Runs ``exec`` or ``wait`` with a model's arguments as they are (the
@@ -318,8 +319,18 @@ class CodeMode:
         result). For framework adapters."""
         if name not in ("exec", "wait"):
             raise ValueError(f"codemode: run_tool: no tool {name!r}; the model sees only exec and wait")
+        return await self._run_async(name, dict(arguments), call_id, None)
+
+    async def _run_async(
+        self,
+        control: str,
+        body: dict[str, Any],
+        call_id: str | None,
+        on_progress: Callable[[dict[str, Any]], None] | None,
+    ) -> Result:
+        """``_run`` on a worker thread; async tools run on this loop meanwhile."""
         self._loop = asyncio.get_running_loop()
-        return await self._loop.run_in_executor(None, self._run, name, dict(arguments), call_id, None)
+        return await self._loop.run_in_executor(None, self._run, control, body, call_id, on_progress)
 
     def _run(
         self,
