@@ -755,8 +755,195 @@ impl RunBackend for RedisBackend {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used, reason = "tests")]
 mod tests {
     use super::*;
+    use crate::testing::RedisServer;
+    use std::time::Instant;
+
+    const BOUNDS: Bounds = Bounds {
+        max_runs: 100,
+        max_bytes: 1 << 20,
+    };
+    const TTL: Duration = Duration::from_secs(60);
+    /// Longer than any test waits: a waiter that returns sooner was woken.
+    const NO_RECHECK: Duration = Duration::from_secs(600);
+
+    fn raw(server: &RedisServer) -> redis::Connection {
+        redis::Client::open(server.url())
+            .and_then(|client| client.get_connection())
+            .expect("connects to the test's redis-server")
+    }
+
+    /// Subscribed connections on the server (each open backend holds one).
+    fn subscriptions(con: &mut redis::Connection) -> usize {
+        redis::cmd("CLIENT")
+            .arg(&["LIST", "TYPE", "pubsub"])
+            .query::<String>(con)
+            .expect("CLIENT LIST")
+            .lines()
+            .count()
+    }
+
+    fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let started = Instant::now();
+        while !done() {
+            assert!(started.elapsed() < Duration::from_secs(20), "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits on `backend`'s notifier alone (no periodic re-read) for
+    /// `read` to yield, in a thread; the handle gives what it got.
+    fn woken_waiter<T: Send + 'static>(
+        backend: &Arc<RedisBackend>,
+        run_id: &'static str,
+        read: impl Fn(&RedisBackend) -> Result<Option<T>, StoreError> + Send + 'static,
+    ) -> std::thread::JoinHandle<Result<Option<T>, StoreError>> {
+        let backend = Arc::clone(backend);
+        let handle = std::thread::spawn(move || {
+            backend
+                .notifier
+                .wait_for(run_id, Duration::from_secs(15), NO_RECHECK, || {
+                    read(&backend)
+                })
+        });
+        // Let it take its first (empty) read and sleep.
+        std::thread::sleep(Duration::from_millis(200));
+        handle
+    }
+
+    #[test]
+    fn replies_are_read_from_every_kind_redis_sends_and_nothing_else() {
+        assert_eq!(text(&Value::BulkString(b"ok".to_vec())), Some("ok".into()));
+        assert_eq!(text(&Value::SimpleString("ok".into())), Some("ok".into()));
+        assert_eq!(text(&Value::Int(-7)), Some("-7".into()));
+        assert_eq!(text(&Value::BulkString(vec![0xff, 0xfe])), None);
+        assert_eq!(text(&Value::Nil), None);
+        assert_eq!(text(&Value::Array(vec![Value::Int(1)])), None);
+        assert_eq!(number(&Value::Int(42)), Some(42));
+        assert_eq!(number(&Value::Int(-1)), None);
+        assert_eq!(number(&Value::BulkString(b"17".to_vec())), Some(17));
+        assert_eq!(number(&Value::SimpleString("9".into())), Some(9));
+        assert_eq!(number(&Value::BulkString(b"x".to_vec())), None);
+        assert_eq!(number(&Value::Nil), None);
+    }
+
+    #[test]
+    fn a_result_stored_by_another_process_wakes_a_waiter_here_through_the_subscription() {
+        let server = RedisServer::start();
+        let mut con = raw(&server);
+        let here = Arc::new(RedisBackend::open(&server.url()).expect("connects"));
+        let there = RedisBackend::open(&server.url()).expect("connects");
+        assert_eq!(here.describe(), server.url());
+        until("both backends subscribe", || subscriptions(&mut con) == 2);
+        there.put("run_x", "o", b"rec", TTL, BOUNDS).expect("put");
+        let waiter = woken_waiter(&here, "run_x", |b| b.read_result("run_x", 4));
+        there.put_result("run_x", 4, b"done").expect("result");
+        assert_eq!(
+            waiter.join().expect("joins"),
+            Ok(Some(b"done".to_vec())),
+            "only the subscription tells this process"
+        );
+        // Dropping a backend ends its subscription (and heartbeat).
+        drop(there);
+        until("the dropped backend unsubscribes", || {
+            subscriptions(&mut con) == 1
+        });
+    }
+
+    #[test]
+    fn results_and_decisions_stored_here_wake_waiters_here_without_the_subscription() {
+        let server = RedisServer::start();
+        let mut con = raw(&server);
+        let here = Arc::new(RedisBackend::open(&server.url()).expect("connects"));
+        until("the backend subscribes", || subscriptions(&mut con) == 1);
+        here.stop.store(true, Ordering::Relaxed);
+        until("the subscription ends", || subscriptions(&mut con) == 0);
+        here.put("run_l", "o", b"rec", TTL, BOUNDS).expect("put");
+
+        let waiter = woken_waiter(&here, "run_l", |b| b.read_result("run_l", 1));
+        here.put_result("run_l", 1, b"one").expect("result");
+        assert_eq!(waiter.join().expect("joins"), Ok(Some(b"one".to_vec())));
+
+        here.put_held("run_l", 2, b"held").expect("held");
+        let waiter = woken_waiter(&here, "run_l", |b| {
+            b.with(|con| {
+                redis::cmd("HGET")
+                    .arg("codemode:held:run_l")
+                    .arg("d2")
+                    .query::<Option<Vec<u8>>>(con)
+            })
+        });
+        assert_eq!(here.decide_held("run_l", 2, b"yes"), Ok(true));
+        assert_eq!(waiter.join().expect("joins"), Ok(Some(b"yes".to_vec())));
+        assert_eq!(
+            here.decide_held("run_l", 2, b"no"),
+            Ok(false),
+            "the first decision wins"
+        );
+    }
+
+    #[test]
+    fn expire_counts_the_runs_it_expired() {
+        let server = RedisServer::start();
+        let store = RedisBackend::open(&server.url()).expect("connects");
+        // Every put expires what is due first, so all three go in before
+        // the first two are due.
+        for id in ["run_1", "run_2"] {
+            store
+                .put(id, "o", b"x", Duration::from_millis(300), BOUNDS)
+                .expect("put");
+        }
+        store.put("run_3", "o", b"x", TTL, BOUNDS).expect("put");
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(store.expire(), Ok(2));
+        assert_eq!(store.expire(), Ok(0));
+        assert_eq!(
+            store.claim("run_1", "o", None).err(),
+            Some(StoreError::Expired)
+        );
+    }
+
+    #[test]
+    fn a_dropped_connection_is_replaced_once_and_the_command_goes_through() {
+        let server = RedisServer::start();
+        let store = RedisBackend::open(&server.url()).expect("connects");
+        store.put("run_c", "o", b"x", TTL, BOUNDS).expect("put");
+        let _: () = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+            .query(&mut raw(&server))
+            .expect("CLIENT KILL");
+        assert_eq!(store.stats().map(|s| s.waiting), Ok(1));
+    }
+
+    #[test]
+    fn a_command_that_timed_out_is_retried_once_on_a_new_connection_and_its_late_reply_never_read()
+    {
+        let server = RedisServer::start();
+        let store = RedisBackend::open(&server.url()).expect("connects");
+        store.put("run_t", "o", b"x", TTL, BOUNDS).expect("put");
+        let mut con = raw(&server);
+        let pause = |con: &mut redis::Connection, ms: u64| {
+            let _: () = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(ms)
+                .arg("WRITE")
+                .query(con)
+                .expect("CLIENT PAUSE");
+        };
+        // Scripts count as writes: the first try times out after 2 s, the
+        // retry on a new connection is answered once the pause ends.
+        pause(&mut con, 3_000);
+        assert_eq!(store.stats().map(|s| s.waiting), Ok(1));
+        // Both tries time out: unavailable, and the connection that may
+        // still get the late reply is not used again.
+        pause(&mut con, 5_000);
+        assert!(matches!(store.stats(), Err(StoreError::Unavailable { .. })));
+        std::thread::sleep(Duration::from_millis(1_500));
+        store.put_result("run_t", 1, b"late?").expect("result");
+        assert_eq!(store.read_result("run_t", 1), Ok(Some(b"late?".to_vec())));
+    }
 
     #[test]
     fn shown_urls_carry_no_credentials() {
