@@ -262,9 +262,166 @@ pub(crate) fn question(
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
+    use codemode_runtime::{ApprovalReason, GatePolicy, RunContext, ToolSource};
     use serde_json::json;
+
+    fn entry() -> CatalogEntry {
+        CatalogEntry {
+            id: "mcp:files:remove".into(),
+            name: "remove".into(),
+            label: None,
+            description: "Deletes a file".into(),
+            source: ToolSource::Mcp,
+            source_name: "files".into(),
+            parameters: json!({"type": "object"}),
+            gate: GatePolicy {
+                approval: Some(ApprovalReason::Listed("files.*".into())),
+            },
+            annotations: json!({"destructiveHint": true}),
+            output_schema: Value::Null,
+        }
+    }
+
+    fn request() -> ApprovalRequest {
+        ApprovalRequest {
+            context: Arc::new(RunContext::default()),
+            parent_call_id: "exec-1".into(),
+            call_id: "call-1".into(),
+            tool: Arc::new(entry()),
+            input_summary: "{\"path\":\"/tmp/x\"}".into(),
+        }
+    }
+
+    fn answered(action: ElicitationAction, content: Option<Value>) -> ElicitResult {
+        let mut result = ElicitResult::new(action);
+        result.content = content;
+        result
+    }
+
+    fn denial(decision: Option<ApprovalDecision>) -> String {
+        match decision {
+            Some(ApprovalDecision::Deny { reason }) => reason,
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_answer_of_the_user_is_its_decision_and_anything_else_denies() {
+        let accept = |choice: Value| {
+            decision_of(&answered(
+                ElicitationAction::Accept,
+                Some(json!({ "decision": choice })),
+            ))
+        };
+        assert_eq!(
+            accept(json!(ALLOW_ONCE)),
+            (ApprovalDecision::Approve, false)
+        );
+        assert_eq!(
+            accept(json!(ALLOW_SESSION)),
+            (ApprovalDecision::Approve, true)
+        );
+        let (deny, session) = accept(json!(DENY));
+        assert_eq!(denial(Some(deny)), "the user denied it");
+        assert!(!session);
+        for odd in [json!("allow"), json!(true), json!(null)] {
+            let (decision, session) = accept(odd);
+            assert!(denial(Some(decision)).contains("was not one of"));
+            assert!(!session);
+        }
+        let (decision, _) = decision_of(&answered(ElicitationAction::Accept, None));
+        assert!(denial(Some(decision)).contains("was not one of"));
+        let (decision, session) = decision_of(&answered(
+            ElicitationAction::Decline,
+            Some(json!({ "decision": ALLOW_SESSION })),
+        ));
+        assert_eq!(denial(Some(decision)), "the user declined");
+        assert!(!session);
+        let (decision, session) = decision_of(&answered(
+            ElicitationAction::Cancel,
+            Some(json!({ "decision": ALLOW_ONCE })),
+        ));
+        assert_eq!(
+            denial(Some(decision)),
+            "the user cancelled the approval request"
+        );
+        assert!(!session);
+    }
+
+    #[test]
+    fn the_question_names_tool_server_reason_annotations_and_input_and_offers_the_session_only_when_asked()
+     {
+        let choices = |for_session: bool| {
+            let ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } = question(&entry(), "{\"path\":\"/tmp/x\"}", for_session).expect("builds")
+            else {
+                panic!("a form")
+            };
+            let schema = serde_json::to_value(&requested_schema).unwrap();
+            assert_eq!(schema["required"], json!(["decision"]), "{schema}");
+            (message, schema.to_string())
+        };
+        let (message, schema) = choices(true);
+        assert!(
+            message.contains("tool \"remove\" of MCP server \"files\""),
+            "{message}"
+        );
+        assert!(message.contains("pattern \"files.*\""), "{message}");
+        assert!(message.contains("destructiveHint: true"), "{message}");
+        assert!(message.contains("/tmp/x"), "{message}");
+        for choice in [ALLOW_ONCE, ALLOW_SESSION, DENY] {
+            assert!(schema.contains(choice), "{schema}");
+        }
+        let (_, schema) = choices(false);
+        assert!(
+            schema.contains(ALLOW_ONCE) && schema.contains(DENY),
+            "{schema}"
+        );
+        assert!(!schema.contains(ALLOW_SESSION), "{schema}");
+    }
+
+    #[tokio::test]
+    async fn without_a_client_to_ask_a_call_is_denied_with_what_to_do_or_left_to_the_operator() {
+        let approver = ClientApprover::new(false, ApprovalMode::Writes);
+        let reason = denial(approver.ask(request()).await);
+        assert!(reason.contains("mcp:files:remove"), "{reason}");
+        assert!(reason.contains("approvals.mode \"writes\""), "{reason}");
+        assert!(
+            reason.contains("the gateway has no client to ask"),
+            "{reason}"
+        );
+
+        let operator = ClientApprover::new(true, ApprovalMode::Writes);
+        assert_eq!(
+            operator.ask(request()).await,
+            None,
+            "waits for the operator"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tool_allowed_for_the_session_runs_unasked_and_results_ask_leave_calls_waiting() {
+        let approver = ClientApprover::new(false, ApprovalMode::Destructive);
+        approver
+            .allowed
+            .lock()
+            .unwrap()
+            .insert("mcp:files:remove".into());
+        assert_eq!(
+            approver.ask(request()).await,
+            Some(ApprovalDecision::Approve)
+        );
+
+        let in_results = ClientApprover::new(false, ApprovalMode::Destructive);
+        in_results.ask_in_results();
+        assert_eq!(in_results.ask(request()).await, None, "asked in the result");
+    }
 
     #[test]
     fn annotations_shown_to_the_user_are_the_hints_and_bounded() {

@@ -340,14 +340,18 @@ impl RedisBackend {
             let Some(con) = slot.as_mut() else { continue };
             match f(con) {
                 Ok(value) => return Ok(value),
-                Err(e) if attempt == 0 && (e.is_io_error() || e.is_connection_dropped()) => {
-                    *slot = None;
-                }
                 Err(e) => {
-                    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+                    // A socket that failed (dropped, reset, timed out) is
+                    // never used again: a timed-out command's late reply
+                    // would answer the next one. Only such failures are
+                    // retried; a server's error answer is final.
+                    let broken = e.is_io_error();
+                    if broken {
                         *slot = None;
                     }
-                    return Err(self.unavailable(e));
+                    if !(broken && attempt == 0) {
+                        return Err(self.unavailable(e));
+                    }
                 }
             }
         }
@@ -793,24 +797,42 @@ mod tests {
         }
     }
 
-    /// Waits on `backend`'s notifier alone (no periodic re-read) for
-    /// `read` to yield, in a thread; the handle gives what it got.
-    fn woken_waiter<T: Send + 'static>(
-        backend: &Arc<RedisBackend>,
-        run_id: &'static str,
-        read: impl Fn(&RedisBackend) -> Result<Option<T>, StoreError> + Send + 'static,
-    ) -> std::thread::JoinHandle<Result<Option<T>, StoreError>> {
-        let backend = Arc::clone(backend);
-        let handle = std::thread::spawn(move || {
-            backend
-                .notifier
-                .wait_for(run_id, Duration::from_secs(15), NO_RECHECK, || {
-                    read(&backend)
-                })
-        });
-        // Let it take its first (empty) read and sleep.
-        std::thread::sleep(Duration::from_millis(200));
-        handle
+    /// A thread waiting on a backend's notifier alone (no periodic
+    /// re-read) until `read` yields.
+    struct Waiter<T>(std::thread::JoinHandle<(Result<Option<T>, StoreError>, Duration)>);
+
+    /// How long a [`Waiter`] waits at most; it reads once more at the end,
+    /// so only returning well before it shows it was woken.
+    const WAITER_TIMEOUT: Duration = Duration::from_secs(20);
+
+    impl<T> Waiter<T> {
+        fn start(
+            backend: &Arc<RedisBackend>,
+            run_id: &'static str,
+            read: impl Fn(&RedisBackend) -> Result<Option<T>, StoreError> + Send + 'static,
+        ) -> Waiter<T>
+        where
+            T: Send + 'static,
+        {
+            let backend = Arc::clone(backend);
+            let handle = std::thread::spawn(move || {
+                let started = Instant::now();
+                let got = backend
+                    .notifier
+                    .wait_for(run_id, WAITER_TIMEOUT, NO_RECHECK, || read(&backend));
+                (got, started.elapsed())
+            });
+            // Let it take its first (empty) read and sleep.
+            std::thread::sleep(Duration::from_millis(200));
+            Waiter(handle)
+        }
+
+        /// What it got; fails unless a notification woke it.
+        fn woken(self) -> Result<Option<T>, StoreError> {
+            let (got, took) = self.0.join().expect("joins");
+            assert!(took < WAITER_TIMEOUT / 2, "not woken: it waited {took:?}");
+            got
+        }
     }
 
     #[test]
@@ -838,10 +860,10 @@ mod tests {
         assert_eq!(here.describe(), server.url());
         until("both backends subscribe", || subscriptions(&mut con) == 2);
         there.put("run_x", "o", b"rec", TTL, BOUNDS).expect("put");
-        let waiter = woken_waiter(&here, "run_x", |b| b.read_result("run_x", 4));
+        let waiter = Waiter::start(&here, "run_x", |b| b.read_result("run_x", 4));
         there.put_result("run_x", 4, b"done").expect("result");
         assert_eq!(
-            waiter.join().expect("joins"),
+            waiter.woken(),
             Ok(Some(b"done".to_vec())),
             "only the subscription tells this process"
         );
@@ -862,12 +884,12 @@ mod tests {
         until("the subscription ends", || subscriptions(&mut con) == 0);
         here.put("run_l", "o", b"rec", TTL, BOUNDS).expect("put");
 
-        let waiter = woken_waiter(&here, "run_l", |b| b.read_result("run_l", 1));
+        let waiter = Waiter::start(&here, "run_l", |b| b.read_result("run_l", 1));
         here.put_result("run_l", 1, b"one").expect("result");
-        assert_eq!(waiter.join().expect("joins"), Ok(Some(b"one".to_vec())));
+        assert_eq!(waiter.woken(), Ok(Some(b"one".to_vec())));
 
         here.put_held("run_l", 2, b"held").expect("held");
-        let waiter = woken_waiter(&here, "run_l", |b| {
+        let waiter = Waiter::start(&here, "run_l", |b| {
             b.with(|con| {
                 redis::cmd("HGET")
                     .arg("codemode:held:run_l")
@@ -876,12 +898,95 @@ mod tests {
             })
         });
         assert_eq!(here.decide_held("run_l", 2, b"yes"), Ok(true));
-        assert_eq!(waiter.join().expect("joins"), Ok(Some(b"yes".to_vec())));
+        assert_eq!(waiter.woken(), Ok(Some(b"yes".to_vec())));
         assert_eq!(
             here.decide_held("run_l", 2, b"no"),
             Ok(false),
             "the first decision wins"
         );
+    }
+
+    #[test]
+    fn a_servers_error_answer_is_final_and_keeps_the_connection() {
+        let server = RedisServer::start();
+        let store = RedisBackend::open(&server.url()).expect("connects");
+        let client_id = || {
+            store
+                .with(|con| redis::cmd("CLIENT").arg("ID").query::<i64>(con))
+                .expect("CLIENT ID")
+        };
+        let before = client_id();
+        let tries = std::sync::atomic::AtomicUsize::new(0);
+        let answer = store.with(|con| {
+            tries.fetch_add(1, Ordering::SeqCst);
+            redis::cmd("NO.SUCH.COMMAND").query::<()>(con)
+        });
+        assert!(
+            matches!(&answer, Err(StoreError::Unavailable { reason, .. }) if reason.contains("NO.SUCH.COMMAND") || reason.contains("unknown command")),
+            "{answer:?}"
+        );
+        assert_eq!(tries.load(Ordering::SeqCst), 1, "not retried");
+        assert_eq!(client_id(), before, "the connection is kept");
+    }
+
+    /// `cmdstat_<command>` calls from `INFO commandstats`.
+    fn calls_of(con: &mut redis::Connection, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(con)
+            .expect("INFO");
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn pubsub_client_ids(con: &mut redis::Connection) -> Vec<String> {
+        let list: String = redis::cmd("CLIENT")
+            .arg(&["LIST", "TYPE", "pubsub"])
+            .query(con)
+            .expect("CLIENT LIST");
+        let mut ids: Vec<String> = list
+            .lines()
+            .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_owned)
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    #[test]
+    fn heartbeat_and_subscription_last_while_idle_and_come_back_after_a_restart() {
+        let mut server = RedisServer::start();
+        let mut con = raw(&server);
+        let here = Arc::new(RedisBackend::open(&server.url()).expect("connects"));
+        let there = RedisBackend::open(&server.url()).expect("connects");
+        until("both backends subscribe", || subscriptions(&mut con) == 2);
+        let subscribed = pubsub_client_ids(&mut con);
+        let sets = calls_of(&mut con, "set");
+        // Past the heartbeat's lifetime: renewed, at its pace, not in a
+        // busy loop; the subscriptions were idle but not reconnected.
+        std::thread::sleep(Duration::from_millis(HEARTBEAT_MS + 1_000));
+        assert!(here.instance_alive(there.instance()));
+        assert!(there.instance_alive(here.instance()));
+        let renewals = calls_of(&mut con, "set") - sets;
+        assert!(
+            (4..=20).contains(&renewals),
+            "two heartbeats over 4 s renew every second: {renewals} SETs"
+        );
+        assert_eq!(pubsub_client_ids(&mut con), subscribed);
+
+        server.restart();
+        let mut con = raw(&server);
+        until("both backends subscribe again", || {
+            subscriptions(&mut con) == 2
+        });
+        there.put("run_r", "o", b"rec", TTL, BOUNDS).expect("put");
+        let waiter = Waiter::start(&here, "run_r", |b| b.read_result("run_r", 1));
+        there.put_result("run_r", 1, b"after").expect("result");
+        assert_eq!(waiter.woken(), Ok(Some(b"after".to_vec())));
     }
 
     #[test]
