@@ -433,6 +433,10 @@ mod tests {
             "vendorBlob": long,
         }));
         assert!(shown.len() < 200, "{shown}");
+        assert!(
+            shown.starts_with(&format!("title: \"{}…\"", "x".repeat(120))),
+            "{shown}"
+        );
         assert!(shown.contains("destructiveHint: true"), "{shown}");
         assert!(shown.contains("readOnlyHint: false"), "{shown}");
         assert!(!shown.contains("vendorBlob"), "{shown}");
