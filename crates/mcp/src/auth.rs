@@ -306,6 +306,29 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn ended_sessions_are_swept_in_bulk_once_past_the_bound_not_on_every_bind() {
+        let sessions = Arc::new(LocalSessionManager::default());
+        let auth = ClientAuth::new(Vec::new(), None, sessions, 8);
+        let held = |auth: &ClientAuth| {
+            auth.owners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len()
+        };
+        for i in 0..auth.prune_above {
+            auth.bind(format!("ended-{i}"), Principal("bob".into()))
+                .await;
+        }
+        assert_eq!(
+            held(&auth),
+            auth.prune_above,
+            "up to the bound every bind is kept, without a sweep over the sessions"
+        );
+        auth.bind("one-more".into(), Principal("bob".into())).await;
+        assert_eq!(held(&auth), 0, "past it, every ended session goes at once");
+    }
+
     #[test]
     fn challenge_descriptions_carry_no_quote_backslash_control_or_non_ascii() {
         let reason = "bad \"token\"\\ é\r\nWWW-Authenticate: evil";
@@ -320,12 +343,16 @@ mod tests {
     /// The middleware in front of a route that answers with the request's
     /// principal, served on a loopback port.
     async fn guarded_server() -> std::net::SocketAddr {
+        guarded_server_with(None).await
+    }
+
+    async fn guarded_server_with(oauth: Option<TokenValidator>) -> std::net::SocketAddr {
         let auth = Arc::new(ClientAuth::new(
             vec![BearerToken {
                 name: "alice".into(),
                 token: crate::Secret::new("alice-token-0123456789"),
             }],
-            None,
+            oauth,
             Arc::new(LocalSessionManager::default()),
             16,
         ));
@@ -347,6 +374,54 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
         addr
+    }
+
+    #[tokio::test]
+    async fn with_oauth_an_unknown_token_is_checked_as_a_jwt_and_the_challenge_says_why() {
+        let oauth = TokenValidator::new(crate::config::OAuthResource {
+            // Nothing listens there: a token that is not a JWT is refused
+            // before any key is fetched.
+            issuer: "http://127.0.0.1:9".into(),
+            resource: "http://gw.test/mcp".into(),
+            jwks_uri: None,
+        });
+        let addr = guarded_server_with(Some(oauth)).await;
+        crate::install_tls_provider();
+        let client = reqwest::Client::new();
+        let challenge = |authorization: Option<&'static str>| {
+            let mut request = client.post(format!("http://{addr}/"));
+            if let Some(value) = authorization {
+                request = request.header(http::header::AUTHORIZATION, value);
+            }
+            async move {
+                let response = request.send().await.unwrap();
+                assert_eq!(response.status().as_u16(), 401);
+                response
+                    .headers()
+                    .get(http::header::WWW_AUTHENTICATE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned()
+            }
+        };
+        let metadata =
+            "resource_metadata=\"http://gw.test/.well-known/oauth-protected-resource/mcp\"";
+        let refused = challenge(Some("Bearer not-a-jwt")).await;
+        assert!(refused.contains(metadata), "{refused}");
+        assert!(refused.contains("error=\"invalid_token\""), "{refused}");
+        assert!(
+            refused.contains("error_description=\"not a JWT access token"),
+            "{refused}"
+        );
+        let empty = challenge(Some("Bearer ")).await;
+        assert!(empty.contains("error=\"invalid_token\""), "{empty}");
+        assert!(
+            !empty.contains("error_description"),
+            "an empty token is not sent to the issuer's checks: {empty}"
+        );
+        let none = challenge(None).await;
+        assert!(none.contains(metadata), "{none}");
+        assert!(!none.contains("error="), "{none}");
     }
 
     #[tokio::test]
