@@ -36,24 +36,31 @@ impl RedisServer {
         reason = "test support: failing loudly is the point"
     )]
     pub fn start_with_fsync(fsync: &'static str) -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let dir = std::env::temp_dir().join(format!(
-            "codemode-redis-{}-{port}-{}",
-            std::process::id(),
-            crate::new_instance_id()
-        ));
-        std::fs::create_dir_all(&dir).expect("a directory for redis-server");
-        let mut server = RedisServer {
-            child: None,
-            port,
-            dir,
-            fsync,
-        };
-        server.spawn();
-        server
+        // A port found free can be taken before redis-server binds it (by
+        // another test's connection): then the server exits and another
+        // port is tried.
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free port");
+            let dir = std::env::temp_dir().join(format!(
+                "codemode-redis-{}-{port}-{}",
+                std::process::id(),
+                crate::new_instance_id()
+            ));
+            std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+            let mut server = RedisServer {
+                child: None,
+                port,
+                dir,
+                fsync,
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start on any of 5 free ports");
     }
 
     /// `redis://127.0.0.1:PORT/0`.
@@ -86,16 +93,25 @@ impl RedisServer {
     }
 
     /// Kills it and starts it again on the same port and append-only file.
+    ///
+    /// # Panics
+    /// When it does not start again.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        assert!(
+            self.spawn(),
+            "redis-server did not start again on port {}",
+            self.port
+        );
     }
 
+    /// Starts the server on its port; false when it exited or did not
+    /// accept connections within 20 s.
     #[allow(
         clippy::expect_used,
         reason = "test support: failing loudly is the point"
     )]
-    fn spawn(&mut self) {
+    fn spawn(&mut self) -> bool {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             // Durable settings: every write is on disk before the reply.
@@ -118,13 +134,17 @@ impl RedisServer {
         self.child = Some(child);
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "redis-server did not start on port {}",
-                self.port
-            );
+            let exited = self
+                .child
+                .as_mut()
+                .is_none_or(|c| c.try_wait().ok().flatten().is_some());
+            if exited || started.elapsed() > Duration::from_secs(20) {
+                self.kill();
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+        true
     }
 }
 
