@@ -359,37 +359,34 @@ mod tests {
         );
         assert_eq!(resumed(&e.session, &approved_run).await, json!({ "n": 1 }));
 
-        let (status, _) = request(
-            e.addr,
-            "POST",
-            "/approvals/deny",
-            Some(&auth),
-            &target(&denied_run, &denied_call, Some("too risky")),
-        )
-        .await;
-        assert_eq!(status, 200);
-        let value = resumed(&e.session, &denied_run).await;
-        assert!(
-            value
-                .as_str()
-                .unwrap()
-                .contains("an operator denied it: too risky"),
-            "{value}"
-        );
-
-        let (status, _) = request(
-            e.addr,
-            "POST",
-            "/approvals/deny",
-            Some(&auth),
-            &target(&blank_run, &blank_call, Some("  ")),
-        )
-        .await;
-        assert_eq!(status, 200);
-        let value = resumed(&e.session, &blank_run).await;
-        let text = value.as_str().unwrap();
-        assert!(text.contains("an operator denied it"), "{value}");
-        assert!(!text.contains("denied it:"), "{value}");
+        // Denied with a reason, it is passed on; a blank one is left out.
+        for (run, call, reason, says) in [
+            (
+                &denied_run,
+                &denied_call,
+                "too risky",
+                "an operator denied it: too risky",
+            ),
+            (&blank_run, &blank_call, "  ", "an operator denied it"),
+        ] {
+            let (status, _) = request(
+                e.addr,
+                "POST",
+                "/approvals/deny",
+                Some(&auth),
+                &target(run, call, Some(reason)),
+            )
+            .await;
+            assert_eq!(status, 200);
+            let value = resumed(&e.session, run).await;
+            let text = value.as_str().unwrap();
+            assert!(text.contains(says), "{value}");
+            assert_eq!(
+                text.contains("denied it:"),
+                says.contains("denied it:"),
+                "{value}"
+            );
+        }
 
         // Decided calls are gone; deciding one again names what is wrong.
         let (status, listed) = request(e.addr, "GET", "/approvals", Some(&auth), "").await;
