@@ -988,6 +988,256 @@ mod tests {
         }
     }
 
+    /// What the store's counts say, and what its runs add up to.
+    fn counts_and_truth(store: &FileBackend) -> ((u64, u64), (u64, u64)) {
+        let txn = store.write().unwrap();
+        let counts = store.counts(&txn).unwrap();
+        let runs = txn.open_table(RUNS).unwrap();
+        let mut truth = (0, 0);
+        for entry in runs.iter().unwrap() {
+            let (_, value) = entry.unwrap();
+            truth.0 += 1;
+            truth.1 += value.value().len() as u64;
+        }
+        (counts, truth)
+    }
+
+    const ROOMY: Bounds = Bounds {
+        max_runs: 100,
+        max_bytes: 1 << 20,
+    };
+
+    #[test]
+    fn the_counts_follow_every_change_and_a_file_without_them_is_counted_when_opened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("runs.db");
+        let store = FileBackend::open(&path).unwrap();
+        let ttl = Duration::from_secs(60);
+        let check = |store: &FileBackend, runs: u64| {
+            let (counts, truth) = counts_and_truth(store);
+            assert_eq!(counts, truth);
+            assert_eq!(counts.0, runs);
+        };
+        store.put("run_a", "alice", b"aaaa", ttl, ROOMY).unwrap();
+        store.put("run_b", "alice", &[7; 300], ttl, ROOMY).unwrap();
+        check(&store, 2);
+        // Stored again, longer then shorter: the same run, other bytes.
+        store.put("run_b", "alice", &[7; 900], ttl, ROOMY).unwrap();
+        check(&store, 2);
+        store.put("run_b", "alice", &[7; 10], ttl, ROOMY).unwrap();
+        check(&store, 2);
+        // A claim rewrites the header (another instance, resuming).
+        store.claim("run_b", "alice", None).unwrap();
+        check(&store, 2);
+        store
+            .put("run_c", "alice", b"c", Duration::ZERO, ROOMY)
+            .unwrap();
+        check(&store, 3);
+        assert_eq!(store.expire().unwrap(), 1);
+        check(&store, 2);
+        store.remove("run_a").unwrap();
+        check(&store, 1);
+        store.remove("run_a").unwrap();
+        check(&store, 1);
+        // A file written before the counts were kept in it: they are
+        // made from its runs when it is opened.
+        store.put("run_d", "alice", &[1; 50], ttl, ROOMY).unwrap();
+        let before = counts_and_truth(&store).1;
+        {
+            let txn = store.write().unwrap();
+            let mut meta = txn.open_table(META).unwrap();
+            meta.remove(RUN_COUNT).unwrap();
+            meta.remove(BYTE_COUNT).unwrap();
+            drop(meta);
+            txn.commit().unwrap();
+        }
+        drop(store);
+        let store = FileBackend::open(&path).unwrap();
+        assert_eq!(counts_and_truth(&store), (before, before));
+        // And they bound the store as before.
+        let err = store
+            .put(
+                "run_e",
+                "alice",
+                b"e",
+                ttl,
+                Bounds {
+                    max_runs: 2,
+                    max_bytes: 1 << 20,
+                },
+            )
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Full { limit: 2 }), "{err:?}");
+        let err = store
+            .put(
+                "run_e",
+                "alice",
+                b"e",
+                ttl,
+                Bounds {
+                    max_runs: 3,
+                    max_bytes: before.1,
+                },
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::BytesFull { limit, held, needed } if limit == before.1 && held == before.1 && needed > 1),
+            "{err:?}"
+        );
+        store
+            .put(
+                "run_e",
+                "alice",
+                b"e",
+                ttl,
+                Bounds {
+                    max_runs: 3,
+                    max_bytes: 1 << 20,
+                },
+            )
+            .unwrap();
+        check(&store, 3);
+    }
+
+    #[test]
+    fn a_run_at_the_bounds_may_be_stored_again_within_its_growth() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = FileBackend::open(&tmp.path().join("runs.db")).unwrap();
+        let ttl = Duration::from_secs(60);
+        store.put("run_a", "alice", &[1; 100], ttl, ROOMY).unwrap();
+        let held = counts_and_truth(&store).1.1;
+        let full = Bounds {
+            max_runs: 1,
+            max_bytes: held,
+        };
+        // The same size again fits exactly; another run does not.
+        store.put("run_a", "alice", &[2; 100], ttl, full).unwrap();
+        assert!(matches!(
+            store.put(
+                "run_b",
+                "alice",
+                b"",
+                ttl,
+                Bounds {
+                    max_runs: 1,
+                    max_bytes: 1 << 20
+                }
+            ),
+            Err(StoreError::Full { limit: 1 })
+        ));
+        // Growing by 10 bytes needs 10 more.
+        let err = store
+            .put("run_a", "alice", &[3; 110], ttl, full)
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::BytesFull { limit, held: h, needed: 10 } if limit == held && h == held),
+            "{err:?}"
+        );
+        store
+            .put(
+                "run_a",
+                "alice",
+                &[3; 110],
+                ttl,
+                Bounds {
+                    max_runs: 1,
+                    max_bytes: held + 10,
+                },
+            )
+            .unwrap();
+        // The generation counts every store.
+        assert_eq!(store.claim("run_a", "alice", None).unwrap().generation, 3);
+    }
+
+    #[test]
+    fn expired_runs_leave_a_tombstone_for_an_hour_then_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = FileBackend::open(&tmp.path().join("runs.db")).unwrap();
+        let now = now_ms();
+        {
+            let txn = store.write().unwrap();
+            let mut expired = txn.open_table(EXPIRED).unwrap();
+            expired
+                .insert("run_old", now - TOMBSTONE_MS - 1_000)
+                .unwrap();
+            expired
+                .insert("run_recent", now - TOMBSTONE_MS + 60_000)
+                .unwrap();
+            drop(expired);
+            txn.commit().unwrap();
+        }
+        assert_eq!(
+            store.expire().unwrap(),
+            0,
+            "nothing to expire, nothing pruned"
+        );
+        assert!(matches!(
+            store.claim("run_old", "alice", None),
+            Err(StoreError::Expired)
+        ));
+        store
+            .put("run_now", "alice", b"x", Duration::ZERO, ROOMY)
+            .unwrap();
+        // `put` expires first: run_now is still there until the next pass.
+        assert_eq!(store.expire().unwrap(), 1);
+        assert!(matches!(
+            store.claim("run_old", "alice", None),
+            Err(StoreError::Unknown)
+        ));
+        assert!(matches!(
+            store.claim("run_recent", "alice", None),
+            Err(StoreError::Expired)
+        ));
+        assert!(matches!(
+            store.claim("run_now", "alice", None),
+            Err(StoreError::Expired)
+        ));
+    }
+
+    #[test]
+    fn stats_tell_waiting_from_resuming_runs_and_count_bytes_and_results() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = FileBackend::open(&tmp.path().join("runs.db")).unwrap();
+        let ttl = Duration::from_secs(60);
+        store.put("run_a", "alice", b"aaaa", ttl, ROOMY).unwrap();
+        store.put("run_b", "alice", b"bb", ttl, ROOMY).unwrap();
+        store.put("run_c", "alice", b"c", ttl, ROOMY).unwrap();
+        store.claim("run_b", "alice", None).unwrap();
+        store.put_result("run_a", 1, b"one").unwrap();
+        store.put_result("run_a", 2, b"two").unwrap();
+        store.put_result("run_gone", 1, b"late").unwrap();
+        let stats = store.stats().unwrap();
+        assert_eq!((stats.waiting, stats.resuming, stats.results), (2, 1, 2));
+        assert_eq!(stats.bytes, counts_and_truth(&store).1.1);
+    }
+
+    #[test]
+    fn only_a_live_process_holds_its_instance_lock_and_only_instance_ids_are_looked_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("runs.db");
+        let store = FileBackend::open(&path).unwrap();
+        let other = FileBackend::open(&path).unwrap();
+        assert!(store.instance_alive(store.instance()));
+        assert!(store.instance_alive(other.instance()));
+        // A lock file nobody holds: a process that died; its file goes.
+        let dead = instances_dir(&path).join("123-abc");
+        std::fs::write(&dead, b"").unwrap();
+        assert!(!store.instance_alive("123-abc"));
+        assert!(!dead.exists());
+        assert!(!store.instance_alive("999-def"), "no file at all");
+        // Names that are not instance ids never reach the file system,
+        // even where a lock is held under them.
+        let outside = tmp.path().join("held");
+        let held = std::fs::File::create(&outside).unwrap();
+        held.try_lock().unwrap();
+        for name in ["", "../held", "held", "12-ab/..", "12 ab"] {
+            assert!(!store.instance_alive(name), "{name:?}");
+        }
+        let other_instance = other.instance().to_owned();
+        drop(other);
+        assert!(!store.instance_alive(&other_instance), "closed");
+    }
+
     #[test]
     fn headers_round_trip_and_damaged_ones_are_refused() {
         let h = Header {
