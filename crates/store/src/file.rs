@@ -862,8 +862,13 @@ mod tests {
         drop(store);
         // A file an older build left readable by others is tightened.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let _store = FileBackend::open(&path).unwrap();
+        let store = FileBackend::open(&path).unwrap();
         assert_eq!(mode(&path), 0o600);
+        drop(store);
+        // An owner-only mode the operator chose is kept.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let _store = FileBackend::open(&path).unwrap();
+        assert_eq!(mode(&path), 0o700);
     }
 
     use super::*;
@@ -1217,6 +1222,8 @@ mod tests {
         let path = tmp.path().join("runs.db");
         let store = FileBackend::open(&path).unwrap();
         let other = FileBackend::open(&path).unwrap();
+        // How errors and logs name the store.
+        assert_eq!(store.describe(), format!("file:{}", path.display()));
         assert!(store.instance_alive(store.instance()));
         assert!(store.instance_alive(other.instance()));
         // A lock file nobody holds: a process that died; its file goes.
@@ -1233,8 +1240,21 @@ mod tests {
         for name in ["", "../held", "held", "12-ab/..", "12 ab"] {
             assert!(!store.instance_alive(name), "{name:?}");
         }
+        // A lock file that cannot be read: unknown, so taken for alive
+        // (its calls are followed, not called interrupted).
+        #[cfg(unix)]
+        {
+            let looped = instances_dir(&path).join("77-abc");
+            std::os::unix::fs::symlink("77-abc", &looped).unwrap();
+            assert!(store.instance_alive("77-abc"));
+            std::fs::remove_file(&looped).unwrap();
+        }
+        // Closing the store removes its lock file.
         let other_instance = other.instance().to_owned();
+        let other_lock = instances_dir(&path).join(&other_instance);
+        assert!(other_lock.exists());
         drop(other);
+        assert!(!other_lock.exists(), "closed");
         assert!(!store.instance_alive(&other_instance), "closed");
     }
 
