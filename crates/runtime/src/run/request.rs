@@ -795,6 +795,662 @@ mod tests {
         }
     }
 
+    fn refused(message: &str) -> Result<BridgeRequest, Refusal> {
+        Err(Refusal::bad_request(message))
+    }
+
+    fn refused_nested(message: &str) -> Result<BridgeRequest, Refusal> {
+        Err(Refusal::nested(message))
+    }
+
+    fn request(method: &str, params: Value) -> Result<BridgeRequest, Refusal> {
+        parse(json!({ "method": method, "params": params }))
+    }
+
+    #[test]
+    fn the_envelope_refuses_what_is_not_a_request_and_names_the_method_short() {
+        assert_eq!(
+            BridgeRequest::parse(
+                Err(GuestJsonError("nested deeper than 64".into())),
+                &CodeModeConfig::default()
+            ),
+            refused("bridge request refused: nested deeper than 64")
+        );
+        for absent in [
+            json!({ "method": "yield" }),
+            json!({ "method": "yield", "params": null }),
+        ] {
+            assert_eq!(parse(absent), Ok(BridgeRequest::Yield));
+        }
+        let method = "m".repeat(100);
+        let long = "x".repeat(MAX_NAME_BYTES + 1);
+        assert_eq!(
+            request(&method, json!({ "uri": long })),
+            refused(&format!(
+                "bridge request `{}`: `uri` is 1025 bytes; ids, names, queries, paths and URIs are at most 1024 bytes",
+                codemode_sandbox::bounded_text(method.clone(), 64)
+            ))
+        );
+        // Only strings are names: a number under a name field is the
+        // method's to refuse.
+        assert_eq!(
+            request("describe", json!({ "id": 5 })),
+            refused("tools.describe(id): id must be a catalog id or tool name (a string)")
+        );
+        assert_eq!(
+            request("describe!", json!({})),
+            refused(
+                "unknown bridge method `describe!`; the guest API is tools.search, tools.describe, tools.call, MCP.<server>.*, API.list, API.read and yield_control"
+            )
+        );
+    }
+
+    #[test]
+    fn refusals_reach_the_guest_with_their_code_or_none() {
+        assert_eq!(
+            Refusal::bad_request("no").into_settlement(),
+            Settlement::reject("no")
+        );
+        assert_eq!(
+            Refusal::nested("no").into_settlement(),
+            Settlement::reject_with_code("no", "nested_tool_failed")
+        );
+    }
+
+    #[test]
+    fn search_takes_a_query_a_limit_within_the_maximum_and_on_api_search_a_server() {
+        let config = CodeModeConfig::default();
+        let search = |query: Value, options: Value| {
+            request("search", json!({ "query": query, "options": options }))
+        };
+        let found = |limit: usize| -> Result<BridgeRequest, Refusal> {
+            Ok(BridgeRequest::Search {
+                query: "q".into(),
+                limit,
+            })
+        };
+        assert_eq!(search(json!("q"), json!(null)), found(8));
+        assert_eq!(search(json!("q"), json!({})), found(8));
+        assert_eq!(search(json!("q"), json!({ "limit": 1 })), found(1));
+        assert_eq!(search(json!("q"), json!({ "limit": 50 })), found(50));
+        for limit in [json!(0), json!(51), json!(2.5), json!("3"), json!(-1)] {
+            assert_eq!(
+                search(json!("q"), json!({ "limit": limit })),
+                refused(&format!(
+                    "tools.search: options.limit must be an integer from 1 to 50 (maxSearchLimit), got {limit}"
+                ))
+            );
+        }
+        // A default above the maximum is the maximum.
+        let capped = CodeModeConfig {
+            search_default_limit: 80,
+            ..CodeModeConfig::default()
+        };
+        assert_eq!(
+            BridgeRequest::parse(
+                Ok(json!({ "method": "search", "params": { "query": "q" } })),
+                &capped
+            ),
+            found(50)
+        );
+        for (query, message) in [
+            (
+                json!(" \n"),
+                "tools.search: the query is empty; pass keywords, or read ALL_TOOLS for the whole catalog",
+            ),
+            (
+                json!(7),
+                "tools.search(query, options?): query must be a string of keywords",
+            ),
+            (
+                json!(null),
+                "tools.search(query, options?): query must be a string of keywords",
+            ),
+        ] {
+            assert_eq!(search(query, json!(null)), refused(message));
+        }
+        // The envelope caps names first; the search checks again for
+        // callers that parse the params alone.
+        let mut params = Map::new();
+        params.insert("query".into(), json!("q".repeat(MAX_NAME_BYTES + 1)));
+        assert_eq!(
+            BridgeRequest::parse_params(Method::Search, &params, &config),
+            refused("tools.search: the query is longer than 1024 bytes; use a few keywords")
+        );
+        assert_eq!(
+            search(json!("q"), json!({ "server": "s" })),
+            refused("tools.search: unknown option `server`; the only option is `limit`")
+        );
+        assert_eq!(
+            search(json!("q"), json!([5])),
+            refused("tools.search: options must be an object like { limit: 5 }")
+        );
+        // API.search: the same, with a server.
+        let api =
+            |options: Value| request("api.search", json!({ "query": "q", "options": options }));
+        let on = |server: Option<&str>, limit: usize| -> Result<BridgeRequest, Refusal> {
+            Ok(BridgeRequest::ApiSearch {
+                query: "q".into(),
+                limit,
+                server: server.map(str::to_owned),
+            })
+        };
+        assert_eq!(api(json!(null)), on(None, 8));
+        assert_eq!(api(json!({ "server": null, "limit": 2 })), on(None, 2));
+        assert_eq!(api(json!({ "server": "github" })), on(Some("github"), 8));
+        let fits = "s".repeat(MAX_NAME_BYTES);
+        assert_eq!(api(json!({ "server": fits })), on(Some(&fits), 8));
+        for server in [json!(5), json!("s".repeat(MAX_NAME_BYTES + 1))] {
+            assert_eq!(
+                api(json!({ "server": server })),
+                refused(
+                    "API.search: options.server must be a server's name (a short string), as in MCP.<server>"
+                )
+            );
+        }
+        assert_eq!(
+            api(json!({ "servers": "a" })),
+            refused("API.search: unknown option `servers`; the options are `limit` and `server`")
+        );
+        assert_eq!(
+            request("api.search", json!({ "query": "" })),
+            refused(
+                "API.search: the query is empty; pass keywords, or read API.list(\"mcp\") for every server"
+            )
+        );
+    }
+
+    #[test]
+    fn calls_take_a_string_id_and_their_input() {
+        for (input, expected) in [
+            (None, json!({})),
+            (Some(json!(null)), json!({})),
+            (Some(json!([1])), json!([1])),
+            (Some(json!({ "a": 1 })), json!({ "a": 1 })),
+        ] {
+            let mut params = json!({ "id": "t" });
+            if let Some(input) = input {
+                params["input"] = input;
+            }
+            assert_eq!(
+                request("call", params),
+                Ok(BridgeRequest::Call {
+                    id: "t".into(),
+                    input: expected
+                })
+            );
+        }
+        assert_eq!(
+            request("call", json!({})),
+            refused_nested("tools.call(id, input): id must be a catalog id string")
+        );
+        assert_eq!(
+            request("mcp.call", json!({ "id": "t" })),
+            Ok(BridgeRequest::McpCall {
+                id: "t".into(),
+                input: Value::Null
+            })
+        );
+        assert_eq!(
+            request("mcp.call", json!({ "id": "t", "input": { "a": 1 } })),
+            Ok(BridgeRequest::McpCall {
+                id: "t".into(),
+                input: json!({ "a": 1 })
+            })
+        );
+        assert_eq!(
+            request("mcp.call", json!({ "id": 1 })),
+            refused_nested("MCP call: the tool id must be a string")
+        );
+        assert_eq!(
+            request("describe", json!({ "id": "t" })),
+            Ok(BridgeRequest::Describe { id: "t".into() })
+        );
+        assert_eq!(
+            request("mcp.missing", json!({ "server": "gh", "tool": "nope" })),
+            Ok(BridgeRequest::McpMissing {
+                server: "gh".into(),
+                tool: Some("nope".into())
+            })
+        );
+        assert_eq!(
+            request("mcp.missing", json!({ "server": 3, "tool": 4 })),
+            Ok(BridgeRequest::McpMissing {
+                server: String::new(),
+                tool: None
+            })
+        );
+        assert_eq!(
+            request(
+                "ns.call",
+                json!({ "ns": "fs", "path": "a.b", "args": [1, "x"] })
+            ),
+            Ok(BridgeRequest::NsCall {
+                ns: "fs".into(),
+                path: "a.b".into(),
+                args: vec![json!(1), json!("x")]
+            })
+        );
+        for args in [None, Some(json!(null))] {
+            let mut params = json!({ "ns": "fs", "path": "p" });
+            if let Some(args) = args {
+                params["args"] = args;
+            }
+            assert_eq!(
+                request("ns.call", params),
+                Ok(BridgeRequest::NsCall {
+                    ns: "fs".into(),
+                    path: "p".into(),
+                    args: vec![]
+                })
+            );
+        }
+        assert_eq!(
+            request(
+                "ns.call",
+                json!({ "ns": "fs", "path": "p", "args": { "0": 1 } })
+            ),
+            refused_nested("namespace call: the arguments must be an array")
+        );
+        for params in [
+            json!({ "ns": "fs" }),
+            json!({ "path": "p" }),
+            json!({ "ns": 1, "path": "p" }),
+        ] {
+            assert_eq!(
+                request("ns.call", params),
+                refused_nested("namespace call: the namespace id and path must be strings")
+            );
+        }
+    }
+
+    #[test]
+    fn mcp_requests_keep_only_their_checked_fields() {
+        let mcp = |op: &str, input: Value| match request(
+            "mcp.request",
+            json!({ "server": "docs", "op": op, "input": input }),
+        ) {
+            Ok(BridgeRequest::McpRequest { server, op, params }) => {
+                assert_eq!(server, "docs");
+                (op, params.map(Value::Object))
+            }
+            other => panic!("{other:?}"),
+        };
+        for op in [
+            McpOp::ResourcesList,
+            McpOp::ResourcesTemplates,
+            McpOp::PromptsList,
+        ] {
+            let wire = op.as_str();
+            assert_eq!(mcp(wire, json!(null)), (Ok(op), Ok(json!({}))));
+            assert_eq!(
+                mcp(wire, json!({ "cursor": "c2", "other": 1 })),
+                (Ok(op), Ok(json!({ "cursor": "c2" })))
+            );
+            assert_eq!(
+                mcp(wire, json!({ "cursor": null })),
+                (Ok(op), Ok(json!({})))
+            );
+            for bad in [json!(""), json!(2)] {
+                assert_eq!(
+                    mcp(wire, json!({ "cursor": bad })),
+                    (Ok(op), Err(McpInputError::NotAString("cursor")))
+                );
+            }
+            assert_eq!(
+                mcp(wire, json!("c")),
+                (Ok(op), Err(McpInputError::NotAnObject))
+            );
+        }
+        let read = McpOp::ResourcesRead;
+        assert_eq!(
+            mcp(
+                "resources.read",
+                json!({ "uri": "file:///a", "cursor": "x" })
+            ),
+            (Ok(read), Ok(json!({ "uri": "file:///a" })))
+        );
+        assert_eq!(
+            mcp("resources.read", json!({})),
+            (Ok(read), Err(McpInputError::UriRequired))
+        );
+        assert_eq!(
+            mcp("resources.read", json!(null)),
+            (Ok(read), Err(McpInputError::UriRequired))
+        );
+        assert_eq!(
+            mcp("resources.read", json!({ "uri": 5 })),
+            (Ok(read), Err(McpInputError::NotAString("uri")))
+        );
+        let get = McpOp::PromptsGet;
+        assert_eq!(
+            mcp(
+                "prompts.get",
+                json!({ "name": "p", "arguments": { "s": "x", "b": true, "n": null, "o": { "k": 1 } } })
+            ),
+            (
+                Ok(get),
+                Ok(
+                    json!({ "name": "p", "arguments": { "s": "x", "b": "true", "n": "null", "o": "{\"k\":1}" } })
+                )
+            )
+        );
+        assert_eq!(
+            mcp("prompts.get", json!({ "name": "p", "arguments": null })),
+            (Ok(get), Ok(json!({ "name": "p" })))
+        );
+        assert_eq!(
+            mcp("prompts.get", json!({})),
+            (Ok(get), Err(McpInputError::NameRequired))
+        );
+        assert_eq!(
+            mcp("prompts.get", json!({ "name": "p", "arguments": ["x"] })),
+            (Ok(get), Err(McpInputError::ArgumentsNotAnObject))
+        );
+        // An unknown op is kept as sent, for the handler's message.
+        assert_eq!(
+            mcp("resources.delete", json!(5)),
+            (Err("resources.delete".into()), Ok(json!({})))
+        );
+        assert_eq!(
+            request("mcp.request", json!({ "server": 1 })),
+            Ok(BridgeRequest::McpRequest {
+                server: String::new(),
+                op: Err(String::new()),
+                params: Ok(Map::new())
+            })
+        );
+        let label = "MCP.docs.resources.read";
+        for (error, message) in [
+            (
+                McpInputError::NotAnObject,
+                "MCP.docs.resources.read takes one object argument like { uri: \"...\" }",
+            ),
+            (
+                McpInputError::NotAString("uri"),
+                "MCP.docs.resources.read: `uri` must be a non-empty string",
+            ),
+            (
+                McpInputError::UriRequired,
+                "MCP.docs.resources.read({ uri }): `uri` is required",
+            ),
+            (
+                McpInputError::NameRequired,
+                "MCP.docs.resources.read({ name, arguments }): `name` is required",
+            ),
+            (
+                McpInputError::ArgumentsNotAnObject,
+                "MCP.docs.resources.read: `arguments` must be an object of strings",
+            ),
+        ] {
+            assert_eq!(error.message(label), message);
+        }
+    }
+
+    #[test]
+    fn mcp_api_takes_a_tool_name_and_the_schema_option() {
+        let api = |params: Value| match request("mcp.api", params) {
+            Ok(BridgeRequest::McpApi {
+                server,
+                tool,
+                schema,
+            }) => (server, tool, schema),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            api(json!({ "server": "gh" })),
+            ("gh".into(), Ok(None), Ok(false))
+        );
+        assert_eq!(
+            api(json!({ "server": "gh", "tool": "t", "options": { "schema": true } })),
+            ("gh".into(), Ok(Some("t".into())), Ok(true))
+        );
+        assert_eq!(api(json!({ "tool": null, "options": null })).1, Ok(None));
+        assert_eq!(
+            api(json!({ "tool": 3 })).1,
+            Err(McpApiError::ToolNotAString)
+        );
+        for (options, schema) in [
+            (json!({}), Ok(false)),
+            (json!({ "schema": null }), Ok(false)),
+            (json!({ "schema": false }), Ok(false)),
+            (json!({ "schema": 1 }), Err(McpApiError::SchemaNotABoolean)),
+            (
+                json!({ "schema": true, "deep": true }),
+                Err(McpApiError::UnknownOption("deep".into())),
+            ),
+            (json!(true), Err(McpApiError::OptionsNotAnObject)),
+        ] {
+            assert_eq!(api(json!({ "options": options })).2, schema, "{options}");
+        }
+        for (error, message) in [
+            (
+                McpApiError::ToolNotAString,
+                "MCP.gh.$api(toolName?, options?): toolName must be a string",
+            ),
+            (
+                McpApiError::UnknownOption("x".into()),
+                "MCP.gh.$api: unknown option `x`; the only option is `schema`",
+            ),
+            (
+                McpApiError::SchemaNotABoolean,
+                "MCP.gh.$api: options.schema must be a boolean",
+            ),
+            (
+                McpApiError::OptionsNotAnObject,
+                "MCP.gh.$api: options must be an object like { schema: true }",
+            ),
+        ] {
+            assert_eq!(error.message("gh"), message);
+        }
+    }
+
+    #[test]
+    fn progress_takes_finite_numbers_and_a_bounded_message() {
+        let progress = |params: Value| request("progress", params);
+        assert_eq!(
+            progress(json!({ "value": 0.5 })),
+            Ok(BridgeRequest::Progress {
+                value: 0.5,
+                total: None,
+                message: None
+            })
+        );
+        let long = "é".repeat(300);
+        assert_eq!(
+            progress(json!({ "value": 3, "total": 10, "message": long })),
+            Ok(BridgeRequest::Progress {
+                value: 3.0,
+                total: Some(10.0),
+                message: Some(crate::progress::bounded_message(&long))
+            })
+        );
+        assert_eq!(
+            progress(json!({ "value": 1, "total": null, "message": 5 })),
+            Ok(BridgeRequest::Progress {
+                value: 1.0,
+                total: None,
+                message: None
+            })
+        );
+        for value in [json!(null), json!("1"), json!(true)] {
+            let params = json!({ "value": value });
+            assert_eq!(
+                progress(params.clone()),
+                refused("progress(value, total?, message?): value must be a finite number"),
+                "{params}"
+            );
+        }
+        assert_eq!(
+            progress(json!({ "value": 1, "total": "10" })),
+            refused("progress(value, total?, message?): total must be a finite number")
+        );
+    }
+
+    #[test]
+    fn result_handles_take_their_id_and_whole_byte_offsets() {
+        assert_eq!(
+            request("handle.text", json!({ "id": 4 })),
+            Ok(BridgeRequest::HandleText {
+                id: 4,
+                start: 0,
+                end: None
+            })
+        );
+        assert_eq!(
+            request("handle.text", json!({ "id": 4, "start": 5, "end": 9 })),
+            Ok(BridgeRequest::HandleText {
+                id: 4,
+                start: 5,
+                end: Some(9)
+            })
+        );
+        assert_eq!(
+            request(
+                "handle.text",
+                json!({ "id": 4, "start": null, "end": null })
+            ),
+            Ok(BridgeRequest::HandleText {
+                id: 4,
+                start: 0,
+                end: None
+            })
+        );
+        for (key, bad) in [
+            ("start", json!(-1)),
+            ("end", json!(1.5)),
+            ("start", json!("0")),
+        ] {
+            assert_eq!(
+                request("handle.text", json!({ "id": 4, key: bad })),
+                refused(&format!(
+                    "result.text(start?, end?): `{key}` must be a whole number of bytes, 0 or more"
+                ))
+            );
+        }
+        assert_eq!(
+            request("handle.find", json!({ "id": 4, "needle": "x" })),
+            Ok(BridgeRequest::HandleFind {
+                id: 4,
+                needle: "x".into(),
+                from: 0
+            })
+        );
+        assert_eq!(
+            request("handle.find", json!({ "id": 4, "needle": "x", "from": 7 })),
+            Ok(BridgeRequest::HandleFind {
+                id: 4,
+                needle: "x".into(),
+                from: 7
+            })
+        );
+        assert_eq!(
+            request("handle.find", json!({ "id": 4, "needle": "x", "from": -7 })),
+            refused(
+                "result.find(needle, from?): `from` must be a whole number of bytes, 0 or more"
+            )
+        );
+        assert_eq!(
+            request("handle.find", json!({ "id": 4, "needle": 1 })),
+            refused("result.find(needle, from?): needle must be a string")
+        );
+        assert_eq!(
+            request("handle.json", json!({ "id": 4 })),
+            Ok(BridgeRequest::HandleJson { id: 4 })
+        );
+        for method in ["handle.text", "handle.find", "handle.json"] {
+            for id in [json!(null), json!(-4), json!("4")] {
+                assert_eq!(
+                    request(method, json!({ "id": id, "needle": "x" })),
+                    refused("result handle: not a handle of this run")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn api_list_and_read_take_a_string_and_a_bounded_range() {
+        assert_eq!(
+            request("api.list", json!({})),
+            Ok(BridgeRequest::ApiList { prefix: None })
+        );
+        assert_eq!(
+            request("api.list", json!({ "prefix": "mcp" })),
+            Ok(BridgeRequest::ApiList {
+                prefix: Some("mcp".into())
+            })
+        );
+        assert_eq!(
+            request("api.list", json!({ "prefix": 1 })),
+            refused("API.list(prefix?): prefix must be a string")
+        );
+        assert_eq!(
+            request("api.read", json!({})),
+            refused(
+                "API.read(path): pass a path such as \"mcp/index.d.ts\" (API.list() lists them)"
+            )
+        );
+        assert_eq!(
+            request("api.read", json!({ "path": [] })),
+            refused("API.read(path): path must be a string")
+        );
+        let read = |options: Value| match request(
+            "api.read",
+            json!({ "path": "p", "options": options }),
+        ) {
+            Ok(BridgeRequest::ApiRead { path, range }) => {
+                assert_eq!(path, "p");
+                range
+            }
+            other => panic!("{other:?}"),
+        };
+        let range_refused = Err(Refusal::bad_request(format!(
+            "API.read: options.offset must be a byte offset (an integer from 0) and options.length an integer from 0 to {MAX_API_READ_BYTES}"
+        )));
+        assert_eq!(read(json!(null)), Ok(None));
+        assert_eq!(read(json!({})), Ok(Some((0, MAX_API_READ_BYTES))));
+        assert_eq!(
+            read(json!({ "offset": null, "length": null })),
+            Ok(Some((0, MAX_API_READ_BYTES)))
+        );
+        assert_eq!(
+            read(json!({ "offset": 10, "length": 0 })),
+            Ok(Some((10, 0)))
+        );
+        assert_eq!(
+            read(json!({ "length": MAX_API_READ_BYTES })),
+            Ok(Some((0, MAX_API_READ_BYTES)))
+        );
+        assert_eq!(
+            read(json!({ "offset": u64::MAX })),
+            Ok(Some((
+                usize::try_from(u64::MAX).unwrap_or(usize::MAX),
+                MAX_API_READ_BYTES
+            )))
+        );
+        for options in [
+            json!({ "length": MAX_API_READ_BYTES + 1 }),
+            json!({ "offset": -1 }),
+            json!({ "offset": 1.5 }),
+            json!({ "length": "9" }),
+        ] {
+            assert_eq!(read(options.clone()), range_refused, "{options}");
+        }
+        assert_eq!(
+            read(json!({ "offset": 0, "size": 4 })),
+            Err(Refusal::bad_request(
+                "API.read: unknown option `size`; the options are `offset` and `length` (bytes)"
+            ))
+        );
+        assert_eq!(
+            read(json!(4096)),
+            Err(Refusal::bad_request(
+                "API.read(path, options?): options must be an object like { offset: 0, length: 65536 }"
+            ))
+        );
+        assert_eq!(MAX_API_READ_BYTES, 256 * 1024, "the documented piece size");
+    }
+
     #[test]
     fn malformed_envelopes_are_refused() {
         assert!(
