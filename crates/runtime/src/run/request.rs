@@ -894,6 +894,11 @@ mod tests {
             found(50)
         );
         for (query, message) in [
+            // Blank is blank at any length the cap allows.
+            (
+                json!(" ".repeat(MAX_NAME_BYTES)),
+                "tools.search: the query is empty; pass keywords, or read ALL_TOOLS for the whole catalog",
+            ),
             (
                 json!(" \n"),
                 "tools.search: the query is empty; pass keywords, or read ALL_TOOLS for the whole catalog",
