@@ -640,34 +640,31 @@ kOQdDmFBtMKem7R63aBR9glDRFHXKn4FWavKCU4WvUBU6gVOs/Jc3w9l
         let claims = claims(&format!("{}/a", server.base));
         let token = signed(KEY_A, Some("a"), &claims);
         // Never fetched, and the issuer fails or garbles: nothing to trust.
-        server.failing.store(true, Ordering::SeqCst);
-        let err = server
-            .validator("/a", false)
-            .validate(&token)
-            .await
-            .unwrap_err();
-        assert!(
-            err.starts_with(&format!(
-                "fetching the issuer's keys from {}/a/jwks failed: ",
-                server.base
-            )),
-            "{err}"
-        );
-        server.failing.store(false, Ordering::SeqCst);
-        server.garbled.store(true, Ordering::SeqCst);
-        let err = server
-            .validator("/a", false)
-            .validate(&token)
-            .await
-            .unwrap_err();
-        assert!(
-            err.starts_with(&format!(
-                "the issuer's keys at {}/a/jwks are not a JWK set: ",
-                server.base
-            )),
-            "{err}"
-        );
-        server.garbled.store(false, Ordering::SeqCst);
+        for (trouble, why) in [
+            (
+                &server.failing,
+                format!(
+                    "fetching the issuer's keys from {}/a/jwks failed: ",
+                    server.base
+                ),
+            ),
+            (
+                &server.garbled,
+                format!(
+                    "the issuer's keys at {}/a/jwks are not a JWK set: ",
+                    server.base
+                ),
+            ),
+        ] {
+            trouble.store(true, Ordering::SeqCst);
+            let err = server
+                .validator("/a", false)
+                .validate(&token)
+                .await
+                .unwrap_err();
+            assert!(err.starts_with(&why), "{err}");
+            trouble.store(false, Ordering::SeqCst);
+        }
         // Known keys, then grown old while the issuer is down: they keep
         // working (a failed refresh must not lock everyone out), and the
         // refresh is tried again at most every two seconds.

@@ -1060,47 +1060,26 @@ mod tests {
         let store = FileBackend::open(&path).unwrap();
         assert_eq!(counts_and_truth(&store), (before, before));
         // And they bound the store as before.
-        let err = store
-            .put(
+        let put_e = |max_runs, max_bytes| {
+            store.put(
                 "run_e",
                 "alice",
                 b"e",
                 ttl,
                 Bounds {
-                    max_runs: 2,
-                    max_bytes: 1 << 20,
+                    max_runs,
+                    max_bytes,
                 },
             )
-            .unwrap_err();
+        };
+        let err = put_e(2, 1 << 20).unwrap_err();
         assert!(matches!(err, StoreError::Full { limit: 2 }), "{err:?}");
-        let err = store
-            .put(
-                "run_e",
-                "alice",
-                b"e",
-                ttl,
-                Bounds {
-                    max_runs: 3,
-                    max_bytes: before.1,
-                },
-            )
-            .unwrap_err();
+        let err = put_e(3, before.1).unwrap_err();
         assert!(
             matches!(err, StoreError::BytesFull { limit, held, needed } if limit == before.1 && held == before.1 && needed > 1),
             "{err:?}"
         );
-        store
-            .put(
-                "run_e",
-                "alice",
-                b"e",
-                ttl,
-                Bounds {
-                    max_runs: 3,
-                    max_bytes: 1 << 20,
-                },
-            )
-            .unwrap();
+        put_e(3, 1 << 20).unwrap();
         check(&store, 3);
     }
 
