@@ -1071,6 +1071,9 @@ pub(crate) fn redacted_json(value: &Value, bounds: Bounds, what: &str) -> String
 }
 
 #[cfg(test)]
+mod gate_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
