@@ -405,6 +405,23 @@ impl Approver for Asking {
     }
 }
 
+/// `f`, or a failed test when it hangs (a hung mutant costs a timeout).
+async fn within<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .unwrap_or_else(|_| panic!("still waiting after 20 s"))
+}
+
+/// Once the approver was asked.
+async fn asked(approver: &Asking) {
+    within(async {
+        while approver.asked.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
 struct Held {
     state: Arc<GateState>,
     run: RunTag,
@@ -454,7 +471,7 @@ async fn a_held_call_waits_for_a_decision_and_runs_once_approved() {
     let executor = Recorder::new(Ok(json!(42)));
     let held = held_call(&registry, None, executor.clone());
     assert!(matches!(
-        held.woke.recv_async().await,
+        within(held.woke.recv_async()).await,
         Ok(Msg::AwaitingApproval)
     ));
     assert!(held.state.awaiting_decision());
@@ -477,7 +494,7 @@ async fn a_held_call_waits_for_a_decision_and_runs_once_approved() {
     registry
         .decide(None, "run_1", "exec_1.1", ApprovalDecision::Approve)
         .unwrap();
-    assert_eq!(held.task.await.unwrap(), Ok(json!(42)));
+    assert_eq!(within(held.task).await.unwrap(), Ok(json!(42)));
     assert_eq!(executor.seen().len(), 1);
     assert!(registry.list(None).is_empty());
 }
@@ -487,13 +504,13 @@ async fn a_denied_call_rejects_with_the_reason_and_never_runs() {
     let registry = Arc::new(ApprovalRegistry::default());
     let executor = Recorder::new(Ok(json!(42)));
     let held = held_call(&registry, None, executor.clone());
-    held.woke.recv_async().await.unwrap();
+    within(held.woke.recv_async()).await.unwrap();
     held.run.set("run_1".into()).unwrap();
     let deny = ApprovalDecision::Deny {
         reason: "too risky".into(),
     };
     registry.decide(None, "run_1", "exec_1.1", deny).unwrap();
-    let err = held.task.await.unwrap().unwrap_err();
+    let err = within(held.task).await.unwrap().unwrap_err();
     assert_eq!(err, denied_call(TOOL, "too risky"));
     assert!(err.denied);
     assert_eq!(
@@ -525,9 +542,7 @@ async fn an_approvers_answer_decides_and_a_late_one_after_cancelling_denies() {
             Some(approver.clone()),
             Recorder::new(Ok(json!(7))),
         );
-        while approver.asked.lock().unwrap().is_empty() {
-            tokio::task::yield_now().await;
-        }
+        asked(&approver).await;
         // Asking: held, but not yet only for approve / deny.
         assert!(held.state.awaiting_approval() && !held.state.awaiting_decision());
         let request = approver.asked.lock().unwrap()[0].clone();
@@ -541,7 +556,7 @@ async fn an_approvers_answer_decides_and_a_late_one_after_cancelling_denies() {
         );
         assert_eq!(request.input_summary, "{\"a\":1}");
         tx.send(answer).unwrap();
-        assert_eq!(held.task.await.unwrap(), expect);
+        assert_eq!(within(held.task).await.unwrap(), expect);
     }
 
     // An approver that answers nothing leaves the call to approve / deny.
@@ -554,13 +569,13 @@ async fn an_approvers_answer_decides_and_a_late_one_after_cancelling_denies() {
     let held = held_call(&registry, Some(approver), Recorder::new(Ok(json!(7))));
     tx.send(None).unwrap();
     assert!(matches!(
-        held.woke.recv_async().await,
+        within(held.woke.recv_async()).await,
         Ok(Msg::AwaitingApproval)
     ));
     assert!(held.state.awaiting_decision());
     assert_eq!(registry.list(None).len(), 1);
     held.task.abort();
-    assert!(held.task.await.unwrap_err().is_cancelled());
+    assert!(within(held.task).await.unwrap_err().is_cancelled());
     assert!(
         registry.list(None).is_empty(),
         "a dropped call leaves the list"
@@ -576,12 +591,10 @@ async fn an_approvers_answer_decides_and_a_late_one_after_cancelling_denies() {
     });
     let executor = Recorder::new(Ok(json!(7)));
     let held = held_call(&registry, Some(approver.clone()), executor.clone());
-    while approver.asked.lock().unwrap().is_empty() {
-        tokio::task::yield_now().await;
-    }
+    asked(&approver).await;
     held.state.cancel();
     tx.send(Some(ApprovalDecision::Approve)).unwrap();
-    let err = held.task.await.unwrap().unwrap_err();
+    let err = within(held.task).await.unwrap().unwrap_err();
     assert_eq!(err, denied_call(TOOL, "no decision can arrive any more"));
     assert!(executor.seen().is_empty());
 }
@@ -921,11 +934,11 @@ async fn a_decision_made_in_the_store_reaches_the_held_call() {
         let registry = Arc::new(ApprovalRegistry::new(Some(Arc::clone(&store))));
         let executor = Recorder::new(Ok(json!(5)));
         let held = held_call(&registry, None, executor.clone());
-        held.woke.recv_async().await.unwrap();
+        within(held.woke.recv_async()).await.unwrap();
         // The run suspends into the store; another process decides there.
         held.state.publish(stored_run(&store));
         assert!(elsewhere.decide_held("run_p", 3, &decision).unwrap());
-        assert_eq!(held.task.await.unwrap(), expect);
+        assert_eq!(within(held.task).await.unwrap(), expect);
         assert_eq!(executor.seen().len(), usize::from(expect.is_ok()));
     }
 }
