@@ -464,8 +464,9 @@ fn soak(args: &[String]) -> Result<()> {
 
 /// Files `cargo xtask ci` samples for mutation testing: ones whose every
 /// viable mutant is caught, with fast test targets.
-const MUTANT_SAMPLE_FILES: [&str; 4] = [
+const MUTANT_SAMPLE_FILES: [&str; 5] = [
     "crates/runtime/src/catalog/gate.rs",
+    "crates/runtime/src/control/mod.rs",
     "crates/runtime/src/run/request.rs",
     "crates/store/src/file.rs",
     "crates/store/src/redis_backend.rs",
