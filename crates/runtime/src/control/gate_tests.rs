@@ -62,11 +62,11 @@ impl Recorder {
 
     fn answer(&self, input: Value) -> ToolFuture {
         self.seen.lock().unwrap().push(input);
-        // Blocking on purpose: the executor's time is what `durationMs`
-        // measures.
-        std::thread::sleep(self.delay);
-        let answer = self.answer.clone();
-        Box::pin(async move { answer })
+        let (answer, delay) = (self.answer.clone(), self.delay);
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            answer
+        })
     }
 }
 
@@ -401,6 +401,21 @@ struct Asking {
     asked: Mutex<Vec<ApprovalRequest>>,
 }
 
+impl Asking {
+    /// An approver, and where the test sends its answer.
+    fn new() -> (
+        Arc<Asking>,
+        tokio::sync::oneshot::Sender<Option<ApprovalDecision>>,
+    ) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let approver = Arc::new(Asking {
+            answer: Mutex::new(Some(rx)),
+            asked: Mutex::default(),
+        });
+        (approver, tx)
+    }
+}
+
 impl Approver for Asking {
     fn ask(&self, request: ApprovalRequest) -> ApprovalFuture {
         self.asked.lock().unwrap().push(request);
@@ -540,11 +555,7 @@ async fn an_approvers_answer_decides_and_a_late_one_after_cancelling_denies() {
         ),
     ] {
         let registry = Arc::new(ApprovalRegistry::default());
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let approver = Arc::new(Asking {
-            answer: Mutex::new(Some(rx)),
-            asked: Mutex::default(),
-        });
+        let (approver, tx) = Asking::new();
         let held = held_call(
             &registry,
             Some(approver.clone()),
@@ -569,11 +580,7 @@ async fn an_approvers_answer_decides_and_a_late_one_after_cancelling_denies() {
 
     // An approver that answers nothing leaves the call to approve / deny.
     let registry = Arc::new(ApprovalRegistry::default());
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let approver = Arc::new(Asking {
-        answer: Mutex::new(Some(rx)),
-        asked: Mutex::default(),
-    });
+    let (approver, tx) = Asking::new();
     let held = held_call(&registry, Some(approver), Recorder::new(Ok(json!(7))));
     tx.send(None).unwrap();
     assert!(matches!(
@@ -592,11 +599,7 @@ async fn an_approvers_answer_decides_and_a_late_one_after_cancelling_denies() {
     // The run cancels the call while the approver thinks; its yes comes
     // too late: the call is denied, not started.
     let registry = Arc::new(ApprovalRegistry::default());
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let approver = Arc::new(Asking {
-        answer: Mutex::new(Some(rx)),
-        asked: Mutex::default(),
-    });
+    let (approver, tx) = Asking::new();
     let executor = Recorder::new(Ok(json!(7)));
     let held = held_call(&registry, Some(approver.clone()), executor.clone());
     asked(&approver).await;
