@@ -188,6 +188,7 @@ impl BridgeFuzzer {
             progress: None,
             limits: Default::default(),
             deadline: Instant::now() + Duration::from_secs(10),
+            await_idle: false,
             handle: self.tokio.handle().clone(),
             scope: Arc::clone(&env.scope),
             host: Arc::clone(&env.host),

@@ -406,9 +406,10 @@ async fn cells_waiting_on_slow_tools_give_their_vms_to_another_sessions_cell() {
         options,
     );
     let (gate, _slow, hogs) = cells_awaiting_a_gate(&runtime, 2);
-    // The slow cells park: their VMs are free while their calls run.
-    until(|| runtime.parked_cells() == 2).await;
-    assert_eq!(runtime.live_vms(), 0);
+    // The slow cells park: their VMs are free while their calls run (a
+    // cell counts as parked from its ticket; its VM goes once its
+    // snapshot is taken, just after).
+    until(|| runtime.parked_cells() == 2 && runtime.live_vms() == 0).await;
     // Another session's quick cell gets a VM at once (before cells parked,
     // it queued 2 s and failed runtime_busy while they held theirs 20 s).
     let other = session(&runtime, Vec::new(), Scripted::default());
@@ -807,4 +808,48 @@ async fn aborting_a_session_while_others_end_does_not_deadlock() {
     })
     .await
     .expect("abort_session and session drops deadlocked");
+}
+
+/// A cell goes on after a result in its own task, on an async worker (no
+/// thread hand-off per call); one that then runs long must give the
+/// worker up. Two cells spin after their call answered, one in guest
+/// code, one in host requests it makes, on a runtime of one worker:
+/// timers still fire and tasks still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn cells_spinning_after_a_result_leave_the_async_worker() {
+    let runtime = runtime_with(
+        "{tools:{codeMode:{enabled:true, timeoutMs: 3000}}}",
+        RuntimeOptions::default(),
+    );
+    let tools = vec![tool(ToolSource::Plugin, "p", "slow", "answers after 20 ms")];
+    let scripted = Scripted::default().with(
+        "plugin:p:slow",
+        Behaviour::Delay(Duration::from_millis(20), json!({})),
+    );
+    let s = Arc::new(session(&runtime, tools, scripted.clone()));
+    let spinners: Vec<_> = [
+        "await tools.slow({}); for (;;) {}",
+        "await tools.slow({}); for (;;) { await tools.search('slow'); }",
+    ]
+    .into_iter()
+    .map(|code| {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move { s.exec(&json!({ "code": code })).await.to_json() })
+    })
+    .collect();
+    until(|| scripted.finished.load(std::sync::atomic::Ordering::SeqCst) == 2).await;
+    // Their deadline is seconds away.
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let spawned = Instant::now();
+    tokio::spawn(async {}).await.unwrap();
+    let (slept, ran) = (spawned - started, spawned.elapsed());
+    assert!(
+        slept < Duration::from_millis(500) && ran < Duration::from_millis(500),
+        "a 50 ms timer took {slept:?} and a task waited {ran:?} for the worker"
+    );
+    for spinner in spinners {
+        let result = spinner.await.unwrap();
+        assert_failed(&result, Some("timeout"), "");
+    }
 }

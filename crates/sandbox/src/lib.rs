@@ -83,7 +83,7 @@ pub use host::{HostRequest, OUTPUT_ITEM_COST, OutputItem};
 pub use image::default_cache_dir;
 pub use limits::{CancelFlag, Limits};
 pub use prelude::{GuestApi, PRELUDE_GLOBALS};
-pub use priority::{burst, burst_checkpoint};
+pub use priority::{LEAVE_TASK_AFTER, burst, burst_checkpoint, burst_in_task};
 pub use snapshot::{PackedSnapshot, Snapshot};
 pub use vm::{Failure, FailureKind, Settlement, Step, Vm};
 
@@ -257,6 +257,11 @@ fn build_engine(config: &SandboxConfig) -> Result<Engine, SandboxError> {
         .parallel_compilation(true)
         .cranelift_opt_level(wasmtime::OptLevel::Speed)
         .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    if std::env::var_os("CODEMODE_PERF_MAP").is_some_and(|v| v == "1") {
+        // For `perf`: name the guest's compiled functions in
+        // /tmp/perf-<pid>.map (docs/operations.md, "Profiling").
+        wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     Engine::new(&wasm).map_err(|e| SandboxError::Engine(format!("{e:#}")))
 }
 

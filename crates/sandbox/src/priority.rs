@@ -36,6 +36,42 @@ pub(crate) struct Demoted {
 /// for, like a loop of `tools.describe`), and the thread's priority is
 /// restored when `f` returns.
 pub fn burst<R>(f: impl FnOnce() -> R) -> R {
+    run_burst(None, f)
+}
+
+/// A burst run in an async task, on a thread that other tasks share (an
+/// idle cell going on where its calls' results arrived): once it has run
+/// for [`LEAVE_TASK_AFTER`] of wall time — guest code, or host work it
+/// asked for — `leave` is called once, on this thread, to hand the
+/// thread's other work elsewhere (the runtime's `block_in_place`). Short
+/// bursts, the common case, never call it.
+pub fn burst_in_task<R>(leave: fn(), f: impl FnOnce() -> R) -> R {
+    run_burst(Some(leave), f)
+}
+
+/// How long a burst in a task runs before it leaves the task's thread.
+pub const LEAVE_TASK_AFTER: Duration = Duration::from_millis(2);
+
+/// Inside [`burst_in_task`], once the burst is [`LEAVE_TASK_AFTER`] old:
+/// calls its `leave` (once). Called by the epoch tick of a running guest
+/// and by [`burst_checkpoint`].
+pub(crate) fn leave_task_if_long() {
+    let leave = BURST.with(|b| {
+        let mut burst = b.borrow_mut();
+        let burst = burst.as_mut()?;
+        if burst.leave.is_some() && burst.wall_at_start.elapsed() >= LEAVE_TASK_AFTER {
+            burst.leave.take()
+        } else {
+            None
+        }
+    });
+    // Called outside the borrow: `leave` may run other code on this thread.
+    if let Some(leave) = leave {
+        leave();
+    }
+}
+
+fn run_burst<R>(leave: Option<fn()>, f: impl FnOnce() -> R) -> R {
     struct Reset(Option<Burst>);
     impl Drop for Reset {
         fn drop(&mut self) {
@@ -55,6 +91,7 @@ pub fn burst<R>(f: impl FnOnce() -> R) -> R {
             wall_at_start: Instant::now(),
             cpu_at_start,
             demoted: None,
+            leave,
         })
     });
     let _reset = Reset(outer);
@@ -67,6 +104,7 @@ pub fn burst<R>(f: impl FnOnce() -> R) -> R {
 /// used more CPU than that yet), so short cells never read the CPU clock
 /// (a system call) here.
 pub fn burst_checkpoint() {
+    leave_task_if_long();
     BURST.with(|b| {
         let mut burst = b.borrow_mut();
         let Some(burst) = burst.as_mut() else {
@@ -92,6 +130,8 @@ pub fn burst_checkpoint() {
 }
 
 struct Burst {
+    /// Called once when a burst in a task turns out long.
+    leave: Option<fn()>,
     wall_at_start: Instant,
     /// `None`: this burst is never demoted.
     cpu_at_start: Option<Duration>,

@@ -201,6 +201,8 @@ impl Vm {
                 ctx.data_mut().interrupt = Some(Interrupt::Timeout);
                 Err(wasmtime::Error::msg("deadline reached"))
             } else {
+                // A long burst in an async task gives the task's thread up.
+                crate::priority::leave_task_if_long();
                 let data = ctx.data_mut();
                 data.guest_ticks = data.guest_ticks.saturating_add(1);
                 if u128::from(data.guest_ticks) == crate::priority::DEMOTE_AFTER.as_millis()

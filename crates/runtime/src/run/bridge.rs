@@ -788,6 +788,7 @@ mod tests {
             progress: None,
             limits: Default::default(),
             deadline: Instant::now() + Duration::from_secs(10),
+            await_idle: false,
             handle: f._tokio.handle().clone(),
             scope: Arc::clone(&env.scope),
             host: Arc::clone(&env.host),

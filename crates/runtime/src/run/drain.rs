@@ -111,11 +111,63 @@ const PARK_SNAPSHOT_SLACK: usize = 64 << 10;
 /// cell printed before (in an earlier stretch of the same exec or wait).
 pub(crate) fn drive(
     ctx: &DriveCtx,
+    vm: Vm,
+    step: Step,
+    state: &mut RunState,
+    ready: VecDeque<(u32, Settlement)>,
+    output: Vec<Output>,
+) -> Driven {
+    drive_from(ctx, vm, step, state, ready, output, None)
+}
+
+/// What ended the wait of a drive that went idle ([`Driven::Idle`]).
+pub(crate) enum Woke {
+    Message(Msg),
+    /// [`YIELD_CHECK`] passed with the delivery deadline still ahead.
+    YieldCheck,
+    /// The delivery deadline came, or the run's channel closed.
+    Deadline,
+}
+
+/// How long an idle drive waits before it looks at parking or yielding
+/// its VM, given `left` until the delivery deadline, and what a timeout
+/// of that wait means.
+pub(crate) fn idle_wait(left: std::time::Duration) -> (std::time::Duration, Woke) {
+    if left > YIELD_CHECK {
+        (YIELD_CHECK, Woke::YieldCheck)
+    } else {
+        (left, Woke::Deadline)
+    }
+}
+
+/// A drive that went idle goes on with what woke it, in the same exec or
+/// wait: the VM is the live one it left with, the step `Pending`.
+pub(crate) fn drive_woken(
+    ctx: &DriveCtx,
+    vm: Vm,
+    state: &mut RunState,
+    output: Vec<Output>,
+    woke: Woke,
+) -> Driven {
+    drive_from(
+        ctx,
+        vm,
+        Step::Pending,
+        state,
+        VecDeque::new(),
+        output,
+        Some(woke),
+    )
+}
+
+fn drive_from(
+    ctx: &DriveCtx,
     mut vm: Vm,
     mut step: Step,
     state: &mut RunState,
     mut ready: VecDeque<(u32, Settlement)>,
     mut output: Vec<Output>,
+    mut woke: Option<Woke>,
 ) -> Driven {
     // The cell's value once it returned while fire-and-forget calls were
     // still running (kept across waits until they settle).
@@ -125,6 +177,39 @@ pub(crate) fn drive(
     // suspends the run; with only host answers it is a plain timeout.
     let mut results: HashSet<u32> = ready.iter().map(|(id, _)| *id).collect();
     loop {
+        if let Some(news) = woke.take() {
+            match news {
+                Woke::YieldCheck => {
+                    if let Some(ticket) = park_ticket(ctx, &vm) {
+                        state.returned = finished;
+                        return Driven::Park {
+                            vm: Box::new(vm),
+                            output,
+                            ticket,
+                        };
+                    }
+                    if ctx.host.slots.take_yield_request() {
+                        tracing::debug!("an idle cell gives its VM to a queued exec or wait");
+                        return stop_open(vm, output, state, finished, WaitReason::PendingTools);
+                    }
+                }
+                Woke::Message(Msg::Done {
+                    request_id,
+                    outcome,
+                }) => {
+                    if let Some(done) = state.calls.finish(request_id, outcome) {
+                        results.insert(request_id);
+                        ready.push_back(settlement(ctx, state, done));
+                    }
+                }
+                Woke::Message(Msg::Abort) => return aborted(state),
+                // Re-checked below.
+                Woke::Message(Msg::AwaitingApproval) => {}
+                Woke::Deadline => {
+                    return stop_open(vm, output, state, finished, WaitReason::PendingTools);
+                }
+            }
+        }
         codemode_sandbox::burst_checkpoint();
         output.extend(convert_output(vm.take_output()));
         match step {
@@ -201,47 +286,28 @@ pub(crate) fn drive(
                 vm_telemetry(&vm, None),
             ));
         }
-        let left = ctx
-            .delivery_deadline()
-            .saturating_duration_since(Instant::now());
         // Idle with calls in flight: after a short spell the cell parks
         // (its VM slot freed while it awaits them); one that cannot park
         // looks for a queued exec or wait that needs its VM more than it
         // does (see `crate::slots`).
-        let message = match state.calls.receiver().recv_timeout(left.min(YIELD_CHECK)) {
-            Err(RecvTimeoutError::Timeout) if left > YIELD_CHECK => {
-                if let Some(ticket) = park_ticket(ctx, &vm) {
-                    state.returned = finished;
-                    return Driven::Park {
-                        vm: Box::new(vm),
-                        output,
-                        ticket,
-                    };
-                }
-                if ctx.host.slots.take_yield_request() {
-                    tracing::debug!("an idle cell gives its VM to a queued exec or wait");
-                    return stop_open(vm, output, state, finished, WaitReason::PendingTools);
-                }
-                continue;
-            }
-            other => other,
-        };
-        match message {
-            Ok(Msg::Done {
-                request_id,
-                outcome,
-            }) => {
-                if let Some(done) = state.calls.finish(request_id, outcome) {
-                    results.insert(request_id);
-                    ready.push_back(settlement(ctx, state, done));
-                }
-            }
-            Ok(Msg::Abort) => return aborted(state),
-            // Re-checked at the top of the loop.
-            Ok(Msg::AwaitingApproval) => {}
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                return stop_open(vm, output, state, finished, WaitReason::PendingTools);
-            }
+        if ctx.await_idle {
+            // The exec or wait awaits the news on the async executor, on
+            // the worker that runs the calls' I/O, and goes on there
+            // (`crate::run::park::Idle`).
+            state.returned = finished;
+            return Driven::Idle {
+                vm: Box::new(vm),
+                output,
+            };
         }
+        let left = ctx
+            .delivery_deadline()
+            .saturating_duration_since(Instant::now());
+        let (wait, on_timeout) = idle_wait(left);
+        woke = Some(match state.calls.receiver().recv_timeout(wait) {
+            Ok(message) => Woke::Message(message),
+            Err(RecvTimeoutError::Timeout) => on_timeout,
+            Err(RecvTimeoutError::Disconnected) => Woke::Deadline,
+        });
     }
 }

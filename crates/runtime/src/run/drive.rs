@@ -3,6 +3,7 @@
 //! and the result (telemetry, snapshot, trajectory) [`crate::run::outcome`].
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use codemode_sandbox::{Settlement, Step};
@@ -250,6 +251,11 @@ where
     loop {
         let parked = match stretch {
             Stretch::Result(result) => return *result,
+            Stretch::Idle(idle) => {
+                let woke = idle.news().await;
+                stretch = in_task(move || idle.resume(woke), started).await;
+                continue;
+            }
             Stretch::Parked(parked) => parked,
         };
         drop(permit);
@@ -407,6 +413,48 @@ fn hold_for_decision(ctx: &DriveCtx, state: &mut RunState) {
     ctx.scope.unregister(key);
 }
 
+/// Runs the stretch of a cell that was idle, in this task: on a
+/// multi-thread runtime on this worker, where the results it was waiting
+/// for arrived and where the calls it starts next are sent from, so no
+/// thread is woken to pass either on. A burst that turns out long leaves
+/// the worker (`block_in_place`, see [`leave_worker`]) after
+/// [`codemode_sandbox::LEAVE_TASK_AFTER`]. Elsewhere it runs like
+/// [`blocking`].
+async fn in_task<F>(work: F, started: Instant) -> Stretch
+where
+    F: FnOnce() -> Stretch + Send + 'static,
+{
+    if tokio::runtime::Handle::current().runtime_flavor()
+        != tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        return blocking(work, started).await;
+    }
+    let run = move || codemode_sandbox::burst_in_task(leave_worker, work);
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(stretch) => stretch,
+        Err(_) => sandbox_failed("the sandbox thread panicked".to_owned(), started),
+    }
+}
+
+/// A burst in a task that runs long gives the worker's other tasks to
+/// another thread and finishes here. `block_in_place` hands the worker's
+/// core over when it is entered; the marker task, queued on this worker
+/// before, shows that the worker's queue is served elsewhere (by the new
+/// thread, or stolen) before the burst goes on. Bounded: after 5 ms the
+/// burst goes on regardless.
+fn leave_worker() {
+    let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let marker = Arc::clone(&served);
+    tokio::spawn(async move { marker.store(true, std::sync::atomic::Ordering::Release) });
+    tokio::task::block_in_place(|| {
+        let until = Instant::now() + std::time::Duration::from_millis(5);
+        while !served.load(std::sync::atomic::Ordering::Acquire) && Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+    });
+    tracing::trace!("a long burst left its async worker");
+}
+
 /// Runs a VM burst off the async executor: on a multi-thread runtime in
 /// place (`block_in_place` hands this worker's other tasks to another
 /// thread, and saves two thread hand-offs per exec), on a current-thread
@@ -434,16 +482,19 @@ where
     };
     match joined {
         Ok(result) => result,
-        Err(e) => {
-            let telemetry = Telemetry {
-                duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-                ..Telemetry::default()
-            };
-            Stretch::Result(Box::new(CodeModeResult::failure(
-                ErrorCode::InternalError,
-                format!("the sandbox thread failed: {e}"),
-                telemetry,
-            )))
-        }
+        Err(e) => sandbox_failed(e, started),
     }
+}
+
+/// A stretch whose thread panicked or failed.
+fn sandbox_failed(e: String, started: Instant) -> Stretch {
+    let telemetry = Telemetry {
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        ..Telemetry::default()
+    };
+    Stretch::Result(Box::new(CodeModeResult::failure(
+        ErrorCode::InternalError,
+        format!("the sandbox thread failed: {e}"),
+        telemetry,
+    )))
 }

@@ -106,6 +106,10 @@ pub(crate) struct DriveCtx {
     /// The exec/wait deadline (`timeoutMs` from its start); the VM's own
     /// CPU deadline is the same instant.
     pub(crate) deadline: Instant,
+    /// An idle drive (only nested calls in flight) awaits them on the async
+    /// executor instead of blocking its thread (a multi-thread runtime: the
+    /// cell then goes on on the worker that ran the calls' I/O).
+    pub(crate) await_idle: bool,
 }
 
 impl DriveCtx {
@@ -113,12 +117,14 @@ impl DriveCtx {
     /// deadline is `timeoutMs` from here. Must run inside the tokio runtime.
     pub(crate) fn starting_now(env: &RunEnv) -> DriveCtx {
         let host = Arc::clone(&env.host);
+        let handle = tokio::runtime::Handle::current();
         DriveCtx {
+            await_idle: handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread,
             progress: env.progress.clone(),
             limits: host.limits(),
             deadline: Instant::now() + Duration::from_millis(host.config.timeout_ms),
             host,
-            handle: tokio::runtime::Handle::current(),
+            handle,
             scope: Arc::clone(&env.scope),
         }
     }

@@ -41,6 +41,13 @@ pub(crate) enum Driven {
         output: Vec<Output>,
         ticket: crate::slots::ParkTicket,
     },
+    /// The cell only awaits nested calls: its exec or wait awaits them on
+    /// the async executor, keeping its VM and slot, and goes on
+    /// ([`crate::run::park::Idle`]).
+    Idle {
+        vm: Box<Vm>,
+        output: Vec<Output>,
+    },
     /// A parked cell's exec or wait ends while the cell has no VM: the
     /// run suspends from the snapshot it was parked in.
     Suspended {
@@ -176,7 +183,9 @@ pub(crate) fn finish(
         Driven::Done(result) => return end(&mut state, *result, Cancel::RunEnded, events),
         Driven::Suspend { vm, reason, output } => (Ok(vm), reason, output),
         // Not parked after all (its caller suspends instead).
-        Driven::Park { vm, output, .. } => (Ok(vm), WaitReason::PendingTools, output),
+        Driven::Park { vm, output, .. } | Driven::Idle { vm, output } => {
+            (Ok(vm), WaitReason::PendingTools, output)
+        }
         Driven::Suspended {
             snapshot,
             memory_bytes,

@@ -13,7 +13,7 @@ use crate::executor::live::Msg;
 use crate::result::{CodeModeResult, ErrorCode, Output, SnapshotEvent, Telemetry, WaitReason};
 use crate::run::bridge::settlement;
 use crate::run::calls::{Cancel, Finished};
-use crate::run::drain::{drive, live, register_live};
+use crate::run::drain::{Woke, drive, drive_woken, idle_wait, live, register_live};
 use crate::run::env::DriveCtx;
 use crate::run::outcome::{Driven, aborted_failure, finish, host_failure};
 use crate::run::state::RunState;
@@ -24,10 +24,11 @@ use crate::slots::ParkTicket;
 /// pay for it.
 const PACK_AFTER: Duration = Duration::from_secs(1);
 
-/// What one stretch of a drive, on its blocking thread, ended in.
+/// What one stretch of a drive ended in.
 pub(crate) enum Stretch {
     Result(Box<CodeModeResult>),
     Parked(Box<Parked>),
+    Idle(Box<Idle>),
 }
 
 /// A parked cell's VM, as a snapshot (packed once it waited a while).
@@ -82,16 +83,30 @@ pub(crate) fn end_stretch(
     started: Instant,
     mut events: Vec<SnapshotEvent>,
 ) -> Stretch {
-    let Driven::Park { vm, output, ticket } = driven else {
-        let result = finish(
-            &ctx,
-            resumed.as_deref(),
-            driven,
-            state,
-            started,
-            &mut events,
-        );
-        return Stretch::Result(Box::new(result));
+    let (vm, output, ticket) = match driven {
+        Driven::Park { vm, output, ticket } => (vm, output, ticket),
+        Driven::Idle { vm, output } => {
+            return Stretch::Idle(Box::new(Idle {
+                ctx,
+                resumed,
+                state,
+                vm,
+                output,
+                events,
+                started,
+            }));
+        }
+        driven => {
+            let result = finish(
+                &ctx,
+                resumed.as_deref(),
+                driven,
+                state,
+                started,
+                &mut events,
+            );
+            return Stretch::Result(Box::new(result));
+        }
     };
     let memory_bytes = vm.memory_bytes() as u64;
     match vm.suspend() {
@@ -118,6 +133,77 @@ pub(crate) fn end_stretch(
                 &mut events,
             )))
         }
+    }
+}
+
+/// A drive that went idle: its cell only awaits nested calls. It keeps
+/// its live VM and slot and awaits the next news on the async executor
+/// (registered as live), then goes on in the task, on the worker that ran
+/// the calls' I/O: no thread wakes another to start a call or to hand
+/// its result back. After [`crate::run::drain::idle_wait`]'s spell without
+/// news the drive looks at parking, as a blocking one does.
+pub(crate) struct Idle {
+    ctx: DriveCtx,
+    /// The run id of a wait (`None` for an exec).
+    resumed: Option<String>,
+    state: RunState,
+    vm: Box<codemode_sandbox::Vm>,
+    output: Vec<Output>,
+    events: Vec<SnapshotEvent>,
+    started: Instant,
+}
+
+impl Idle {
+    /// Awaits a result, an abort or cancellation, the spell after which
+    /// the cell may park, or the delivery deadline.
+    pub(crate) async fn news(&self) -> Woke {
+        if self.ctx.scope.is_aborted() || self.ctx.limits.cancel.is_cancelled() {
+            return Woke::Message(Msg::Abort);
+        }
+        let key = register_live(&self.ctx, &self.state);
+        let left = self
+            .ctx
+            .delivery_deadline()
+            .saturating_duration_since(Instant::now());
+        let (wait, on_timeout) = idle_wait(left);
+        let receiver = self.state.calls.receiver();
+        let woke = match tokio::time::timeout(wait, receiver.recv_async()).await {
+            Ok(Ok(message)) => Woke::Message(message),
+            Err(_) => on_timeout,
+            // The run's own sender is alive as long as it is.
+            Ok(Err(_)) => Woke::Deadline,
+        };
+        self.ctx.scope.unregister(key);
+        woke
+    }
+
+    /// The cell goes on with what woke it: its next burst, and so on until
+    /// it is idle again or its exec or wait ends. The end (which may write
+    /// to the run store) runs off the executor.
+    pub(crate) fn resume(self: Box<Self>, woke: Woke) -> Stretch {
+        let Idle {
+            ctx,
+            resumed,
+            mut state,
+            vm,
+            output,
+            events,
+            started,
+        } = *self;
+        // Registered as live while it runs, like any drive; an abort that
+        // came meanwhile cancels the calls in flight.
+        let key = register_live(&ctx, &state);
+        let woke = if ctx.scope.is_aborted() || ctx.limits.cancel.is_cancelled() {
+            Woke::Message(Msg::Abort)
+        } else {
+            woke
+        };
+        let driven = drive_woken(&ctx, *vm, &mut state, output, woke);
+        ctx.scope.unregister(key);
+        if matches!(driven, Driven::Idle { .. }) {
+            return end_stretch(ctx, resumed, driven, state, started, events);
+        }
+        off_executor(move || end_stretch(ctx, resumed, driven, state, started, events))
     }
 }
 
