@@ -291,6 +291,12 @@ fn drive_from(
         // looks for a queued exec or wait that needs its VM more than it
         // does (see `crate::slots`).
         if ctx.await_idle {
+            // A result already here goes in at once (results of calls
+            // started together arrive together).
+            if let Ok(message) = state.calls.receiver().try_recv() {
+                woke = Some(Woke::Message(message));
+                continue;
+            }
             // The exec or wait awaits the news on the async executor, on
             // the worker that runs the calls' I/O, and goes on there
             // (`crate::run::park::Idle`).
