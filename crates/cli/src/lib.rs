@@ -375,6 +375,24 @@ fn tokio_runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+/// The runtime of a gateway serving one client over stdio: one async
+/// worker. That client's messages and its upstreams' replies are one
+/// stream of short tasks; a second worker only adds cross-thread wakes
+/// (measured: 4.3 context switches per nested call with two workers, 1.25
+/// with one; BENCHMARKS.md). Cells still run in parallel: a VM burst that
+/// is not short leaves the worker (`block_in_place`), which hands the
+/// worker on to another thread. `TOKIO_WORKER_THREADS`, when set, wins.
+fn tokio_runtime_for_one_client() -> Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(1);
+    }
+    builder
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
 fn print_diagnostics(diagnostics: &[Diagnostic]) {
     for d in diagnostics {
         crate::logs::say(tracing::Level::WARN, &format!("config: {d}"));

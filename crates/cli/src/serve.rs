@@ -7,7 +7,9 @@ use anyhow::Result;
 use codemode_mcp::{Gateway, GatewayConfig, GatewayOptions};
 use codemode_runtime::ToolPolicy;
 
-use crate::{admin_token, load_config, print_diagnostics, tokio_runtime};
+use crate::{
+    admin_token, load_config, print_diagnostics, tokio_runtime, tokio_runtime_for_one_client,
+};
 
 /// Where `serve` listens besides stdio.
 pub(crate) struct Listeners {
@@ -49,7 +51,10 @@ pub(crate) fn serve(
         Some(addr) => Some((addr, admin_token()?)),
         None => None,
     };
-    let tokio = tokio_runtime()?;
+    let tokio = match http {
+        None => tokio_runtime_for_one_client()?,
+        Some(_) => tokio_runtime()?,
+    };
     let served = tokio.block_on(async move {
         let gateway = Gateway::start(config, options)?;
         if let Some(addr) = metrics {
