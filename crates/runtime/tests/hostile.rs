@@ -810,46 +810,6 @@ async fn aborting_a_session_while_others_end_does_not_deadlock() {
     .expect("abort_session and session drops deadlocked");
 }
 
-/// An exec's first stretch runs in the request's task too (no thread
-/// hand-off for a short cell); a cell that spins from its first line — in
-/// guest code, in host requests, or compiling a huge source — must give
-/// the worker up the same way, on a runtime of one worker.
-#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-async fn cells_spinning_from_the_start_leave_the_async_worker() {
-    let runtime = runtime_with(
-        "{tools:{codeMode:{enabled:true, timeoutMs: 3000}}}",
-        RuntimeOptions::default(),
-    );
-    let tools = vec![tool(ToolSource::Plugin, "p", "slow", "answers after 20 ms")];
-    let s = Arc::new(session(&runtime, tools, Scripted::default()));
-    let huge = format!("let x = 0; {} for (;;) {{}}", "x = x + 1; ".repeat(20_000));
-    let spinners: Vec<_> = [
-        "for (;;) {}".to_owned(),
-        "for (;;) { await tools.search('slow'); }".to_owned(),
-        huge,
-    ]
-    .into_iter()
-    .map(|code| {
-        let s = Arc::clone(&s);
-        tokio::spawn(async move { s.exec(&json!({ "code": code })).await.to_json() })
-    })
-    .collect();
-    // Their deadline is seconds away; measured from their start.
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let spawned = Instant::now();
-    tokio::spawn(async {}).await.unwrap();
-    let (slept, ran) = (spawned - started, spawned.elapsed());
-    assert!(
-        slept < Duration::from_millis(1000) && ran < Duration::from_millis(500),
-        "a 100 ms timer took {slept:?} and a task waited {ran:?} for the worker"
-    );
-    for spinner in spinners {
-        let result = spinner.await.unwrap();
-        assert_failed(&result, Some("timeout"), "");
-    }
-}
-
 /// A cell goes on after a result in its own task, on an async worker (no
 /// thread hand-off per call); one that then runs long must give the
 /// worker up. Two cells spin after their call answered, one in guest

@@ -87,15 +87,9 @@ async fn run_exec(
                 Err(e) => Driven::done(host_failure(&e)),
             }
         });
-        if matches!(driven, Driven::Done(_) | Driven::Idle { .. }) {
-            return end_stretch(ctx, None, driven, state, started, Vec::new());
-        }
-        // Suspending copies the VM's memory (and waiting writes the run's
-        // record to the store): host work with no checkpoint, so it leaves
-        // the async worker.
-        off_executor(move || end_stretch(ctx, None, driven, state, started, Vec::new()))
+        end_stretch(ctx, None, driven, state, started, Vec::new())
     };
-    let result = stretches(env, permit, First::InTask(work), started).await;
+    let result = stretches(env, permit, work, started).await;
     if let Some(hooks) = &env.hooks {
         hooks.after_tool_call(ToolCallRecord {
             tool_kind: "code_mode_exec",
@@ -236,19 +230,7 @@ async fn run_wait(
     let run_id = run_id.to_owned();
     let wait_call_id = call_id.to_owned();
     let work = move || resume_and_drive(ctx, taken, run_id, wait_call_id, started);
-    // Restoring a snapshot is host work with no checkpoint to leave the
-    // worker at: on a thread of its own.
-    Ok(stretches(env, permit, First::Blocking(work), started).await)
-}
-
-/// Where the first stretch of an exec or wait runs.
-enum First<F> {
-    /// In the request's task, like an idle cell's stretch: a short cell
-    /// (most are) never leaves the async worker; one that runs past 2 ms
-    /// does (`in_task`).
-    InTask(F),
-    /// Under `block_in_place`: for work with no checkpoint to leave at.
-    Blocking(F),
+    Ok(stretches(env, permit, work, started).await)
 }
 
 /// Drives a run to its exec's or wait's result: `first` is its first
@@ -258,16 +240,13 @@ enum First<F> {
 async fn stretches<F>(
     env: &RunEnv,
     permit: crate::slots::VmPermit,
-    first: First<F>,
+    first: F,
     started: Instant,
 ) -> CodeModeResult
 where
     F: FnOnce() -> Stretch + Send + 'static,
 {
-    let mut stretch = match first {
-        First::InTask(work) => in_task(work, started).await,
-        First::Blocking(work) => blocking(work, started).await,
-    };
+    let mut stretch = blocking(first, started).await;
     let mut permit = permit;
     loop {
         let parked = match stretch {
