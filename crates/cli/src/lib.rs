@@ -379,9 +379,10 @@ fn tokio_runtime() -> Result<tokio::runtime::Runtime> {
 /// worker. That client's messages and its upstreams' replies are one
 /// stream of short tasks; a second worker only adds cross-thread wakes
 /// (measured: 4.3 context switches per nested call with two workers, 1.25
-/// with one; BENCHMARKS.md). Cells still run in parallel: a VM burst that
-/// is not short leaves the worker (`block_in_place`), which hands the
-/// worker on to another thread. `TOKIO_WORKER_THREADS`, when set, wins.
+/// with one; BENCHMARKS.md). Cells still run in parallel: every exec's
+/// first stretch, and a later burst past 2 ms, leave the worker
+/// (`block_in_place` hands it on to another thread).
+/// `TOKIO_WORKER_THREADS`, when set, wins.
 fn tokio_runtime_for_one_client() -> Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
