@@ -222,28 +222,43 @@ impl InFlight {
 /// The SDK's message type is an untagged union tried variant by variant
 /// (and its result type is another, with fifteen variants before
 /// `CallToolResult`): 7.9 % of the gateway's samples in a loop of nested
-/// calls went to that parse (BENCHMARKS.md). A line that is not exactly such a reply
-/// (a `method` or `error` beside the result, a task or `input_required`
-/// result, anything the SDK reads otherwise) gives `None` and takes the
-/// SDK's path.
+/// calls went to that parse (BENCHMARKS.md). A line that is not exactly
+/// such a reply (a `method` or `error` beside the result, a result key a
+/// tool result does not have, a task or `input_required` result) gives
+/// `None` and takes the SDK's path.
 fn tool_call_reply(line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
     use serde::de::IgnoredAny;
     #[derive(serde::Deserialize)]
     struct Reply {
         jsonrpc: JsonRpcVersion2_0,
         id: RequestId,
-        result: CallToolResult,
+        result: Box<serde_json::value::RawValue>,
         method: Option<IgnoredAny>,
         error: Option<IgnoredAny>,
+    }
+    /// Only a tool result's own keys: with any other (`action`, `task`,
+    /// ...) the SDK's union may read an earlier variant.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    #[allow(dead_code)]
+    struct ToolResultKeys {
+        content: Option<IgnoredAny>,
+        structured_content: Option<IgnoredAny>,
+        is_error: Option<IgnoredAny>,
+        result_type: Option<IgnoredAny>,
+        #[serde(rename = "_meta")]
+        meta: Option<IgnoredAny>,
     }
     let reply: Reply = serde_json::from_slice(line).ok()?;
     if reply.method.is_some() || reply.error.is_some() {
         return None;
     }
+    serde_json::from_str::<ToolResultKeys>(reply.result.get()).ok()?;
+    let result: CallToolResult = serde_json::from_str(reply.result.get()).ok()?;
     Some(JsonRpcMessage::Response(JsonRpcResponse {
         jsonrpc: reply.jsonrpc,
         id: reply.id,
-        result: ServerResult::CallToolResult(reply.result),
+        result: ServerResult::CallToolResult(result),
     }))
 }
 
@@ -546,6 +561,9 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":3,"method":"x","result":{"content":[]}}"#,
             r#"{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"m"},"result":{"content":[]}}"#,
             r#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+            // The SDK reads this as an elicitation result (found by the
+            // property test below).
+            r#"{"jsonrpc":"2.0","id":9,"result":{"action":"accept","structuredContent":[]},"x":1}"#,
             r#"{"jsonrpc":"1.0","id":3,"result":{"content":[]}}"#,
         ];
         for line in other {
